@@ -1,0 +1,68 @@
+"""constrain: make a language model's output follow a structure exactly.
+
+Compile a structure once for a vocabulary, make a cheap matcher per sequence, and mask the logits::
+
+    vocab = constrain.Vocabulary.from_tokenizer(tokenizer)
+    structure = constrain.compile_regex(r"\\d{4}-\\d{2}-\\d{2}", vocab)
+    matcher = structure.matcher()
+    bitmask = constrain.allocate_token_bitmask(1, logits.shape[-1])
+    matcher.fill_bitmask(bitmask, 0)
+    constrain.apply_token_bitmask(logits, bitmask)
+
+Names are imported on first use, so ``import constrain`` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "Vocabulary": "constrain.vocab",
+    "compile_regex": "constrain.compilers.regex",
+    "CompiledStructure": "constrain.matcher",
+    "Matcher": "constrain.matcher",
+    "allocate_token_bitmask": "constrain.kernels",
+    "apply_token_bitmask": "constrain.kernels",
+    "bitmask_to_bool": "constrain.kernels",
+    "bool_to_bitmask": "constrain.kernels",
+    "ConstrainError": "constrain.errors",
+    "StructureError": "constrain.errors",
+    "RegexError": "constrain.errors",
+    "VocabularyError": "constrain.errors",
+    "TokenError": "constrain.errors",
+    "ShapeError": "constrain.errors",
+    "DeadEndError": "constrain.errors",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:
+    from .compilers.regex import compile_regex
+    from .errors import (
+        ConstrainError,
+        DeadEndError,
+        RegexError,
+        ShapeError,
+        StructureError,
+        TokenError,
+        VocabularyError,
+    )
+    from .kernels import allocate_token_bitmask, apply_token_bitmask, bitmask_to_bool, bool_to_bitmask
+    from .matcher import CompiledStructure, Matcher
+    from .vocab import Vocabulary
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'constrain' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

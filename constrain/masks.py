@@ -1,0 +1,118 @@
+"""Token masks: for an automaton state, the packed bitmask of vocabulary tokens it can read.
+
+A mask is one walk of the vocabulary's byte trie through the DFA, pruned at the first byte the DFA rejects, so
+its cost is the number of trie nodes the state can reach, not the vocabulary size. Masks are cached per state
+in a store bounded in bytes that every matcher (and thread) of one compiled structure shares.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import numpy as np
+from numba import njit
+
+from .automaton import ByteDFA
+from .vocab import Vocabulary
+
+#: Automata with at most this many states get every mask computed at compile time.
+EAGER_STATES = 64
+#: Default bound of one structure's mask cache.
+DEFAULT_CACHE_BYTES = 256 * 1024 * 1024
+
+
+@njit(cache=True, nogil=True)
+def walk_trie(trans, start, node_key, node_next, node_token_ptr, token_ids, stack, out):
+    """Set in ``out`` (uint32 words) the bit of every token whose bytes the DFA reads from ``start``.
+
+    ``trans`` is the DFA's (n_states, 256) table flattened; ``node_key`` packs each trie node's depth and byte.
+    Every state of a trimmed DFA can still reach acceptance, so reading a token's bytes without falling into the
+    dead state is exactly "the token is allowed".
+    """
+    n = node_key.shape[0]
+    stack[0] = start
+    i = 0
+    while i < n:
+        key = node_key[i]
+        depth = key >> 8
+        state = trans[(stack[depth - 1] << 8) | (key & 255)]
+        if state < 0:
+            i = node_next[i]
+            continue
+        stack[depth] = state
+        for k in range(node_token_ptr[i], node_token_ptr[i + 1]):
+            t = token_ids[k]
+            out[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+        i += 1
+
+
+@njit(cache=True, nogil=True)
+def walk_bytes(trans, state, data, start, end):
+    """The DFA state after reading ``data[start:end]`` from ``state``, or -1 when a byte is rejected."""
+    for i in range(start, end):
+        state = trans[state, data[i]]
+        if state < 0:
+            return -1
+    return state
+
+
+class StateMasks:
+    """Masks of one DFA over one vocabulary, cached per state (LRU, bounded in bytes, thread-safe)."""
+
+    def __init__(self, dfa: ByteDFA, vocab: Vocabulary, *, cache_bytes: int = DEFAULT_CACHE_BYTES):
+        self.dfa = dfa
+        self.vocab = vocab
+        self.width = (vocab.size + 31) // 32
+        self._eos_words = np.zeros(self.width, dtype=np.uint32)
+        for t in vocab.eos_ids:
+            self._eos_words[t >> 5] |= np.uint32(1 << (int(t) & 31))
+        self._max_entries = max(1, cache_bytes // (4 * self.width))
+        self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+        self._flat_trans = np.ascontiguousarray(dfa.trans).reshape(-1)
+        trie = vocab.trie
+        self._stack_size = trie.max_depth + 1
+        self._eager: list[np.ndarray] | None = None
+        if dfa.num_states <= min(EAGER_STATES, self._max_entries):
+            self._eager = [self.compute(state) for state in range(dfa.num_states)]
+
+    def compute(self, state: int) -> np.ndarray:
+        """The mask of ``state`` as int32 words, computed now (uncached)."""
+        trie = self.vocab.trie
+        words = np.zeros(self.width, dtype=np.uint32)
+        stack = np.empty(self._stack_size, dtype=np.int32)
+        walk_trie(self._flat_trans, state, trie.node_key, trie.node_next, trie.node_token_ptr, trie.token_ids, stack, words)
+        if self.dfa.accepting[state]:
+            words |= self._eos_words
+        mask = words.view(np.int32)
+        mask.flags.writeable = False
+        return mask
+
+    def get(self, state: int) -> np.ndarray:
+        """The (read-only) mask of ``state``, from the cache when it is there."""
+        if self._eager is not None:
+            return self._eager[state]
+        mask = self._cache.get(state)
+        if mask is not None:
+            try:
+                self._cache.move_to_end(state)
+            except KeyError:  # evicted by another thread meanwhile; the mask in hand is still right
+                pass
+            return mask
+        mask = self.compute(state)
+        with self._lock:
+            self._cache[state] = mask
+            if len(self._cache) > self._max_entries:
+                self._cache.popitem(last=False)
+        return mask
+
+    @property
+    def eos_mask(self) -> np.ndarray:
+        """The mask allowing end-of-sequence tokens only (what a finished matcher allows)."""
+        return self._eos_words.view(np.int32)
+
+    @property
+    def cached_states(self) -> int:
+        """How many states have their mask in memory."""
+        return len(self._eager) if self._eager is not None else len(self._cache)

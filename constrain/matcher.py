@@ -1,0 +1,220 @@
+"""Compiled structures and the per-sequence Matcher.
+
+Compile once per (structure, vocabulary) into a :class:`CompiledStructure`, which owns the automaton and the
+shared mask cache; create one cheap :class:`Matcher` per sequence. A matcher's history is a persistent linked
+list of states, so ``copy()`` (beam search, speculation) is O(1) and ``rollback(n)`` is O(n).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from .automaton import ByteDFA
+from .errors import ShapeError, TokenError
+from .masks import DEFAULT_CACHE_BYTES, StateMasks, walk_bytes
+from .vocab import Vocabulary
+
+#: The state a matcher is in after it accepted an end-of-sequence token.
+FINISHED = -2
+#: ``forced_tokens`` stops after this many tokens.
+MAX_FORCED_TOKENS = 1024
+
+
+class CompiledStructure:
+    """A structure compiled for one vocabulary; thread-safe and shared by all the matchers made from it."""
+
+    def __init__(self, dfa: ByteDFA, vocab: Vocabulary, *, source: str = "", cache_bytes: int = DEFAULT_CACHE_BYTES):
+        self.dfa = dfa
+        self.vocab = vocab
+        self.source = source
+        self.masks = StateMasks(dfa, vocab, cache_bytes=cache_bytes)
+        self.eos_ids = frozenset(int(t) for t in vocab.eos_ids)
+
+    @property
+    def bitmask_width(self) -> int:
+        """Words per bitmask row needed for this vocabulary: ``ceil(vocab.size / 32)``."""
+        return self.masks.width
+
+    def matcher(self) -> Matcher:
+        """A new matcher at the start of the structure."""
+        return Matcher(self)
+
+    def __repr__(self) -> str:
+        return f"CompiledStructure({self.source!r}, states={self.dfa.num_states}, vocab={self.vocab.size})"
+
+
+class _Step(NamedTuple):
+    state: int
+    parent: _Step | None
+    depth: int
+
+
+class Matcher:
+    """The state of one sequence inside a structure: which tokens may come next, and what was read."""
+
+    __slots__ = ("structure", "_step")
+
+    def __init__(self, structure: CompiledStructure):
+        self.structure = structure
+        self._step = _Step(0, None, 0)
+
+    # -- reading tokens ----------------------------------------------------------------------------------------
+
+    def _next_state(self, state: int, token: int) -> int:
+        """The state after ``token``, or raise TokenError saying why it is not allowed."""
+        s = self.structure
+        vocab = s.vocab
+        if not 0 <= token < vocab.size:
+            raise TokenError(f"token id {token} is out of range for a vocabulary of {vocab.size:,} tokens")
+        if state == FINISHED:
+            raise TokenError(f"token {token} comes after the end of sequence")
+        if token in s.eos_ids:
+            if s.dfa.accepting[state]:
+                return FINISHED
+            raise TokenError(f"end-of-sequence token {token} is not allowed: the structure is not complete")
+        if not vocab.matchable[token]:
+            raise TokenError(f"special token {token} is never allowed inside a structure")
+        nxt = walk_bytes(s.dfa.trans, state, vocab.data, vocab.offsets[token], vocab.offsets[token + 1])
+        if nxt < 0:
+            raise TokenError(f"token {token} ({vocab.token_bytes(token)!r}) is not allowed here")
+        return int(nxt)
+
+    def advance(self, tokens: int | Iterable[int]) -> None:
+        """Read one token, or several in order. A disallowed token raises TokenError and changes nothing."""
+        if isinstance(tokens, (int, np.integer)):
+            self._step = _Step(self._next_state(self._step.state, int(tokens)), self._step, self._step.depth + 1)
+            return
+        step = self._step
+        for i, token in enumerate(tokens):
+            try:
+                step = _Step(self._next_state(step.state, int(token)), step, step.depth + 1)
+            except TokenError as exc:
+                raise TokenError(f"at position {i} of the tokens given: {exc}") from None
+        self._step = step
+
+    def accepts(self, token: int) -> bool:
+        """Whether ``token`` is allowed now (nothing changes)."""
+        try:
+            self._next_state(self._step.state, int(token))
+        except TokenError:
+            return False
+        return True
+
+    def count_accepted(self, tokens: Sequence[int]) -> int:
+        """How many leading tokens of ``tokens`` the structure accepts in order (nothing changes)."""
+        state = self._step.state
+        for i, token in enumerate(tokens):
+            try:
+                state = self._next_state(state, int(token))
+            except TokenError:
+                return i
+        return len(tokens)
+
+    def rollback(self, num_tokens: int = 1) -> None:
+        """Undo the last ``num_tokens`` tokens."""
+        if not 0 <= num_tokens <= self._step.depth:
+            raise TokenError(f"cannot roll back {num_tokens} tokens: {self._step.depth} have been read")
+        step = self._step
+        for _ in range(num_tokens):
+            step = step.parent
+        self._step = step
+
+    def reset(self) -> None:
+        """Back to the start of the structure."""
+        self._step = _Step(0, None, 0)
+
+    def copy(self) -> Matcher:
+        """An independent matcher in the same state (O(1): histories are shared, never mutated)."""
+        other = Matcher.__new__(Matcher)
+        other.structure = self.structure
+        other._step = self._step
+        return other
+
+    # -- state -------------------------------------------------------------------------------------------------
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens read since the start."""
+        return self._step.depth
+
+    def is_accepting(self) -> bool:
+        """Whether the text so far is a complete match (end of sequence is allowed now, or was read)."""
+        state = self._step.state
+        return state == FINISHED or bool(self.structure.dfa.accepting[state])
+
+    def is_finished(self) -> bool:
+        """Whether an end-of-sequence token has been read."""
+        return self._step.state == FINISHED
+
+    # -- masks -------------------------------------------------------------------------------------------------
+
+    def mask(self) -> np.ndarray:
+        """The read-only int32 bitmask (``ceil(vocab.size / 32)`` words) of the tokens allowed now.
+
+        After the end of sequence only the end-of-sequence tokens are allowed, so finished rows of a batch
+        stay valid.
+        """
+        state = self._step.state
+        masks = self.structure.masks
+        return masks.eos_mask if state == FINISHED else masks.get(state)
+
+    def fill_bitmask(self, bitmask: np.ndarray, row: int = 0) -> None:
+        """Write the allowed tokens into ``bitmask[row]``; words past the vocabulary (padded logits) get 0.
+
+        ``bitmask`` is int32 ``(batch, >= ceil(vocab.size / 32))``: a numpy array or a CPU torch tensor.
+        """
+        if type(bitmask) is not np.ndarray:
+            bitmask = _as_numpy_bitmask(bitmask)
+        width = self.structure.masks.width
+        shape = bitmask.shape
+        if bitmask.dtype != np.int32 or len(shape) != 2 or shape[1] < width:
+            raise ShapeError(f"bitmask must be int32 of shape (batch, >= {width}), got {bitmask.dtype} {shape}")
+        if not 0 <= row < shape[0]:
+            raise ShapeError(f"row {row} is out of range for a bitmask of {shape[0]} rows")
+        if shape[1] == width:
+            bitmask[row] = self.mask()
+        else:
+            out = bitmask[row]
+            out[:width] = self.mask()
+            out[width:] = 0
+
+    def allowed_tokens(self) -> np.ndarray:
+        """The ids of the tokens allowed now, ascending."""
+        bits = np.unpackbits(self.mask().view(np.uint8), bitorder="little")
+        return np.flatnonzero(bits[: self.structure.vocab.size])
+
+    def forced_tokens(self) -> list[int]:
+        """The tokens that must come next because each is the only one allowed (for jump-forward decoding).
+
+        Stops where more than one token is allowed or the end of sequence is possible.
+        """
+        forced: list[int] = []
+        probe = self.copy()
+        while len(forced) < MAX_FORCED_TOKENS and not probe.is_accepting():
+            mask = probe.mask()
+            nonzero = np.flatnonzero(mask)
+            if len(nonzero) != 1:
+                break
+            word = int(mask[nonzero[0]]) & 0xFFFFFFFF
+            if word & (word - 1):
+                break
+            token = int(nonzero[0]) * 32 + word.bit_length() - 1
+            probe.advance(token)
+            forced.append(token)
+        return forced
+
+    def __repr__(self) -> str:
+        state = "finished" if self.is_finished() else f"state {self._step.state}"
+        return f"<Matcher {state} after {self.num_tokens} tokens of {self.structure!r}>"
+
+
+def _as_numpy_bitmask(bitmask) -> np.ndarray:
+    """A CPU torch bitmask viewed as numpy without a copy."""
+    if type(bitmask).__module__.startswith("torch"):
+        if bitmask.device.type != "cpu":
+            raise ShapeError("fill_bitmask writes into a CPU bitmask; copy it to the device afterwards")
+        return bitmask.numpy()
+    raise ShapeError(f"bitmask must be a numpy array or a CPU torch tensor, got {type(bitmask).__name__}")

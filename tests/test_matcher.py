@@ -1,0 +1,206 @@
+"""The per-sequence Matcher: advancing, rolling back, masks, forced tokens and errors."""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import numpy as np
+import pytest
+
+from constrain.compilers.regex import compile_regex
+from constrain.errors import ShapeError, TokenError
+from constrain.kernels import allocate_token_bitmask
+from constrain.vocab import Vocabulary
+
+TOKENS = [b"a", b"b", b"c", b"ab", b"abc", b"-", b"1", b"12", b"\xc3", b"\xa9", "é".encode(), b" "]
+EOS = 12
+SPECIAL = 13
+
+
+@pytest.fixture(scope="module")
+def vocab() -> Vocabulary:
+    return Vocabulary.from_token_bytes(TOKENS + [None, b"<s>"], eos_ids=[EOS], special_ids=[SPECIAL])
+
+
+def allowed(matcher) -> set[int]:
+    return set(matcher.allowed_tokens().tolist())
+
+
+def test_advance_rollback_and_acceptance(vocab):
+    m = compile_regex("ab(c|-1)", vocab).matcher()
+    assert allowed(m) == {0, 3, 4}
+    m.advance(3)  # "ab"
+    assert allowed(m) == {2, 5}
+    assert not m.is_accepting()
+    m.advance(2)
+    assert m.is_accepting() and not m.is_finished()
+    assert allowed(m) == {EOS}
+    m.advance(EOS)
+    assert m.is_finished() and m.is_accepting()
+    m.rollback(2)
+    assert allowed(m) == {2, 5}
+    m.advance([5, 6])
+    assert m.is_accepting()
+    assert m.num_tokens == 3
+
+
+def test_disallowed_token_raises_and_changes_nothing(vocab):
+    m = compile_regex("abc", vocab).matcher()
+    m.advance(0)
+    before = allowed(m)
+    with pytest.raises(TokenError, match="not allowed"):
+        m.advance(2)
+    with pytest.raises(TokenError, match="position 1"):
+        m.advance([1, 0])  # "b" fine, then "a" is not: neither is applied
+    assert allowed(m) == before and m.num_tokens == 1
+    with pytest.raises(TokenError, match="end-of-sequence"):
+        m.advance(EOS)
+    with pytest.raises(TokenError, match="special"):
+        m.advance(SPECIAL)
+    with pytest.raises(TokenError, match="out of range"):
+        m.advance(10_000)
+    with pytest.raises(TokenError, match="out of range"):
+        m.advance(-1)
+    with pytest.raises(TokenError, match="roll back"):
+        m.rollback(5)
+
+
+def test_tokens_split_inside_a_character(vocab):
+    m = compile_regex("é+", vocab).matcher()
+    assert allowed(m) == {8, 10}
+    m.advance(8)  # first byte of é
+    assert allowed(m) == {9}
+    m.advance(9)
+    assert m.is_accepting()
+
+
+def test_copy_is_independent(vocab):
+    m = compile_regex("(a|b)+", vocab).matcher()
+    m.advance(0)
+    c = m.copy()
+    c.advance(1)
+    assert m.num_tokens == 1 and c.num_tokens == 2
+    c.rollback(2)
+    assert c.num_tokens == 0 and m.num_tokens == 1
+
+
+def test_accepts_and_count_accepted_change_nothing(vocab):
+    m = compile_regex("abc", vocab).matcher()
+    assert m.accepts(0) and not m.accepts(1)
+    assert m.count_accepted([0, 1, 2, EOS, 0]) == 4
+    assert m.count_accepted([1]) == 0
+    assert m.num_tokens == 0
+
+
+def test_forced_tokens(vocab):
+    structure = compile_regex("-1c", vocab)
+    m = structure.matcher()
+    assert m.forced_tokens() == [5, 6, 2]
+    assert m.num_tokens == 0  # probing does not move the matcher
+    assert compile_regex("a|b", vocab).matcher().forced_tokens() == []
+
+
+def test_fill_bitmask_rows_and_padding(vocab):
+    structure = compile_regex("a", vocab)
+    m = structure.matcher()
+    bitmask = allocate_token_bitmask(3, 100)  # logits wider than the vocabulary
+    m.fill_bitmask(bitmask, 2)
+    assert (bitmask[0] == -1).all()
+    bits = np.unpackbits(bitmask[2].view(np.uint8), bitorder="little")
+    assert np.flatnonzero(bits).tolist() == [0]
+    with pytest.raises(ShapeError, match="row 3"):
+        m.fill_bitmask(bitmask, 3)
+    with pytest.raises(ShapeError, match="int32"):
+        m.fill_bitmask(bitmask.astype(np.int64), 0)
+    with pytest.raises(ShapeError):
+        m.fill_bitmask(np.zeros((1, 0), np.int32), 0)
+
+
+def test_finished_matcher_allows_only_eos(vocab):
+    m = compile_regex("a?", vocab).matcher()
+    m.advance(EOS)
+    assert allowed(m) == {EOS}
+    with pytest.raises(TokenError, match="after the end"):
+        m.advance(0)
+
+
+def test_real_tokenizations_are_accepted(real_vocab, gemma_tokenizer, cl100k):
+    encode = (
+        (lambda s: gemma_tokenizer.encode(s, add_special_tokens=False))
+        if real_vocab.kind != "tiktoken"
+        else cl100k.encode_ordinary
+    )
+    cases = {
+        r"\d{4}-\d{2}-\d{2}": ["2024-01-31", "1999-12-01"],
+        r"[a-z]+@[a-z]+\.(com|org)": ["john@example.com", "x@y.org"],
+        r"(?s)[^\x00]{0,40}": ["Ünïcödé ✓ 日本語 😀\n\ttabs", "code = {'a': [1, 2]}"],
+        r"(hello|héllo) (world|wörld)!": ["héllo wörld!", "hello world!"],
+    }
+    for pattern, texts in cases.items():
+        structure = compile_regex(pattern, real_vocab)
+        for text in texts:
+            assert re.fullmatch(pattern, text)
+            m = structure.matcher()
+            for token in encode(text):
+                assert m.accepts(token), (pattern, text, token)
+                m.advance(token)
+            assert m.is_accepting()
+            m.advance(int(real_vocab.eos_ids[0]))
+            assert m.is_finished()
+
+
+def test_invalid_text_is_rejected_at_some_token(real_vocab, gemma_tokenizer, cl100k):
+    encode = (
+        (lambda s: gemma_tokenizer.encode(s, add_special_tokens=False))
+        if real_vocab.kind != "tiktoken"
+        else cl100k.encode_ordinary
+    )
+    structure = compile_regex(r"\d{4}-\d{2}-\d{2}", real_vocab)
+    for text in ["2024-1-31", "2024-01-311", "20240131", "2024-01-3"]:
+        m = structure.matcher()
+        tokens = encode(text)
+        n = m.count_accepted(tokens)
+        if n == len(tokens):
+            m.advance(tokens)
+            assert not m.is_accepting(), text
+
+
+def test_matchers_share_one_structure_across_threads(gemma_vocab):
+    pattern = r"[a-z]{1,8}(,[a-z]{1,8}){0,20}"
+    structure = compile_regex(pattern, gemma_vocab)
+    results: list[bytes] = []
+    errors: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        bitmask = allocate_token_bitmask(1, gemma_vocab.size)
+        m = structure.matcher()
+        tokens = []
+        try:
+            for _ in range(40):
+                m.fill_bitmask(bitmask, 0)
+                bits = np.unpackbits(bitmask[0].view(np.uint8), bitorder="little")[: gemma_vocab.size]
+                choices = np.flatnonzero(bits)
+                if m.is_accepting() and rng.random() < 0.2:
+                    break
+                choices = choices[~np.isin(choices, gemma_vocab.eos_ids)]
+                if len(choices) == 0:
+                    break
+                token = int(rng.choice(choices))
+                m.advance(token)
+                tokens.append(token)
+            if m.is_accepting():
+                results.append(gemma_vocab.decode(tokens))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert results
+    for text in results:
+        assert re.fullmatch(pattern, text.decode()), text
