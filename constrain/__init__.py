@@ -28,6 +28,9 @@ _EXPORTS = {
     "apply_token_bitmask": "constrain.kernels",
     "bitmask_to_bool": "constrain.kernels",
     "bool_to_bitmask": "constrain.kernels",
+    "SamplingParams": "constrain.sampling",
+    "Sampler": "constrain.sampling",
+    "beam_search": "constrain.beam",
     "ConstrainError": "constrain.errors",
     "StructureError": "constrain.errors",
     "RegexError": "constrain.errors",
@@ -40,6 +43,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
+    from .beam import beam_search
     from .compilers.regex import compile_regex
     from .errors import (
         ConstrainError,
@@ -52,6 +56,7 @@ if TYPE_CHECKING:
     )
     from .kernels import allocate_token_bitmask, apply_token_bitmask, bitmask_to_bool, bool_to_bitmask
     from .matcher import CompiledStructure, Matcher
+    from .sampling import Sampler, SamplingParams
     from .vocab import Vocabulary
 
 
