@@ -121,12 +121,13 @@ def complement_ranges(ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]
 class ByteNFA:
     """A Thompson-style NFA under construction: byte-range edges, epsilon edges and anchor-marker edges."""
 
-    __slots__ = ("edges", "epsilon", "markers")
+    __slots__ = ("edges", "epsilon", "markers", "calls")
 
     def __init__(self) -> None:
         self.edges: list[list[tuple[int, int, int]]] = []
         self.epsilon: list[list[int]] = []
         self.markers: list[list[tuple[int, int]]] = []
+        self.calls: list[list[tuple[int, int]]] = []
 
     def new_state(self) -> int:
         if len(self.edges) >= MAX_NFA_STATES:
@@ -134,6 +135,7 @@ class ByteNFA:
         self.edges.append([])
         self.epsilon.append([])
         self.markers.append([])
+        self.calls.append([])
         return len(self.edges) - 1
 
     def add_epsilon(self, src: int, dst: int) -> None:
@@ -144,6 +146,10 @@ class ByteNFA:
 
     def add_bytes(self, src: int, lo: int, hi: int, dst: int) -> None:
         self.edges[src].append((lo, hi, dst))
+
+    def add_call(self, src: int, rule: int, dst: int) -> None:
+        """An edge that reads one whole match of grammar rule ``rule`` (a pushdown call)."""
+        self.calls[src].append((rule, dst))
 
     def add_code_points(self, src: int, ranges: Sequence[tuple[int, int]], dst: int) -> None:
         """Edges from ``src`` to ``dst`` reading exactly one UTF-8 encoded code point from ``ranges``.
@@ -202,6 +208,8 @@ class ByteNFA:
         subsets = [start_set]
         accepting: list[bool] = []
         filled: list[tuple[int, int, int, int]] = []  # (dfa state, first byte, end byte, target)
+        called: list[tuple[int, int, int]] = []  # (dfa state, rule, target)
+        calls = self.calls
         i = 0
         while i < len(subsets):
             subset = subsets[i]
@@ -228,11 +236,27 @@ class ByteNFA:
                     j = index[nxt] = len(subsets)
                     subsets.append(nxt)
                 filled.append((i, a, b, j))
+            by_rule: dict[int, frozenset[int]] = {}
+            for s in subset:
+                for rule, dst in calls[s]:
+                    by_rule[rule] = by_rule.get(rule, frozenset()) | closure_of(dst)
+            for rule, nxt in by_rule.items():
+                j = index.get(nxt)
+                if j is None:
+                    j = index[nxt] = len(subsets)
+                    subsets.append(nxt)
+                called.append((i, rule, j))
             i += 1
         trans = np.full((len(subsets), 256), DEAD, dtype=np.int32)
         for state, a, b, target in filled:
             trans[state, a:b] = target
-        return ByteDFA(trans, np.array(accepting, dtype=bool)).trimmed().minimized()
+        callees = tuple(sorted({rule for _, rule, _ in called}))
+        column = {rule: k for k, rule in enumerate(callees)}
+        call_table = np.full((len(subsets), len(callees)), DEAD, dtype=np.int32)
+        for state, rule, target in called:
+            call_table[state, column[rule]] = target
+        dfa = ByteDFA(trans, np.array(accepting, dtype=bool), call_table, callees)
+        return dfa.trimmed().minimized()
 
     def _reaching(self, target: int, marker: int) -> set[int]:
         """The states from which epsilon and ``marker`` edges alone reach ``target``."""
@@ -262,11 +286,19 @@ class ByteNFA:
 class ByteDFA:
     """A deterministic automaton over bytes. State 0 is the start; ``trans[s, b]`` is the next state or -1.
 
-    After :meth:`trimmed`, every state can still reach acceptance, so "not dead" means "can still match".
+    A grammar rule's automaton also has call edges: ``calls[s, k]`` is the state reached after one whole match
+    of rule ``callees[k]`` read from state ``s`` (or -1); a regex has none (``calls`` has 0 columns). After
+    :meth:`trimmed`, every state can still reach acceptance, so "not dead" means "can still match".
     """
 
     trans: np.ndarray  # int32 (n_states, 256)
     accepting: np.ndarray  # bool (n_states,)
+    calls: np.ndarray = None  # type: ignore[assignment]  # int32 (n_states, len(callees))
+    callees: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.calls is None:
+            object.__setattr__(self, "calls", np.empty((self.trans.shape[0], 0), dtype=np.int32))
 
     @property
     def num_states(self) -> int:
@@ -277,37 +309,44 @@ class ByteDFA:
         """True when the automaton matches nothing at all."""
         return not bool(self.accepting.any())
 
+    def _edges(self) -> np.ndarray:
+        """Byte and call columns side by side (what trimming and minimisation look at)."""
+        return np.ascontiguousarray(np.hstack([self.trans, self.calls])) if self.callees else self.trans
+
     def trimmed(self) -> ByteDFA:
         """Drop the states that cannot reach acceptance (every state is reachable by construction)."""
-        alive = _coreachable(self.trans, self.accepting)
+        alive = _coreachable(self._edges(), self.accepting)
         if not alive[0]:
-            return ByteDFA(np.full((1, 256), DEAD, dtype=np.int32), np.zeros(1, dtype=bool))
+            empty = np.full((1, 256), DEAD, dtype=np.int32)
+            return ByteDFA(empty, np.zeros(1, dtype=bool), np.full((1, len(self.callees)), DEAD, np.int32), self.callees)
         if alive.all():
             return self
         keep = np.nonzero(alive)[0]
         remap = np.full(self.num_states + 1, DEAD, dtype=np.int32)  # the last entry stands for DEAD (-1)
         remap[keep] = np.arange(len(keep), dtype=np.int32)
-        return ByteDFA(remap[self.trans[keep]], self.accepting[keep].copy())
+        return ByteDFA(remap[self.trans[keep]], self.accepting[keep].copy(), remap[self.calls[keep]], self.callees)
 
     def minimized(self) -> ByteDFA:
         """The equivalent DFA with the fewest states (Hopcroft's partition refinement over byte classes)."""
         if self.num_states <= 1:
             return self
+        edges = self._edges()
         # Bytes that behave identically in every state form one class; refine over classes only.
-        columns = np.ascontiguousarray(self.trans[:, _byte_class_representatives(self.trans)])
+        columns = np.ascontiguousarray(edges[:, _byte_class_representatives(edges)])
         block_of = _hopcroft(columns, self.accepting)
         num_blocks = int(block_of.max()) + 1
         if num_blocks == self.num_states:
             return self
         # Renumber blocks in BFS order from the start, so state 0 stays the start.
-        order = _bfs_order(self.trans, block_of, num_blocks)
+        order = _bfs_order(edges, block_of, num_blocks)
         new_of_state = order[block_of]
-        trans = np.full((num_blocks, 256), DEAD, dtype=np.int32)
+        renamed = np.where(edges >= 0, new_of_state[np.maximum(edges, 0)], DEAD)
+        merged = np.full((num_blocks, edges.shape[1]), DEAD, dtype=np.int32)
+        merged[new_of_state] = renamed  # every state of a block has the same row up to block renaming
         accepting = np.zeros(num_blocks, dtype=bool)
-        rows = new_of_state  # every state of a block has the same row up to block renaming
-        trans[rows] = np.where(self.trans >= 0, new_of_state[np.maximum(self.trans, 0)], DEAD)
-        accepting[rows] = self.accepting
-        return ByteDFA(trans, accepting)
+        accepting[new_of_state] = self.accepting
+        trans = np.ascontiguousarray(merged[:, :256])
+        return ByteDFA(trans, accepting, np.ascontiguousarray(merged[:, 256:]), self.callees)
 
     def matches(self, data: bytes) -> bool:
         """Whether ``data`` is accepted (a slow reference used by tests and error messages)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Hashable
 
 import numpy as np
 from numba import njit
@@ -57,42 +58,41 @@ def walk_bytes(trans, state, data, start, end):
     return state
 
 
-class StateMasks:
-    """Masks of one DFA over one vocabulary, cached per state (LRU, bounded in bytes, thread-safe)."""
+class MaskCache:
+    """Masks of one automaton over one vocabulary, cached per state (LRU, bounded in bytes, thread-safe).
 
-    def __init__(self, dfa: ByteDFA, vocab: Vocabulary, *, cache_bytes: int = DEFAULT_CACHE_BYTES):
-        self.dfa = dfa
+    Subclasses say how to walk the trie from a state (:meth:`_walk`) and whether a state may end the text
+    (:meth:`_accepting`, which adds the end-of-sequence bits). States must be hashable.
+    """
+
+    def __init__(self, vocab: Vocabulary, *, cache_bytes: int = DEFAULT_CACHE_BYTES):
         self.vocab = vocab
         self.width = (vocab.size + 31) // 32
         self._eos_words = np.zeros(self.width, dtype=np.uint32)
         for t in vocab.eos_ids:
             self._eos_words[t >> 5] |= np.uint32(1 << (int(t) & 31))
         self._max_entries = max(1, cache_bytes // (4 * self.width))
-        self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._cache: OrderedDict[Hashable, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
-        self._flat_trans = np.ascontiguousarray(dfa.trans).reshape(-1)
-        trie = vocab.trie
-        self._stack_size = trie.max_depth + 1
-        self._eager: list[np.ndarray] | None = None
-        if dfa.num_states <= min(EAGER_STATES, self._max_entries):
-            self._eager = [self.compute(state) for state in range(dfa.num_states)]
 
-    def compute(self, state: int) -> np.ndarray:
-        """The mask of ``state`` as int32 words, computed now (uncached)."""
-        trie = self.vocab.trie
+    def _walk(self, state: Hashable, words: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def _accepting(self, state: Hashable) -> bool:
+        raise NotImplementedError
+
+    def compute(self, state: Hashable) -> np.ndarray:
+        """The mask of ``state`` as read-only int32 words, computed now (uncached)."""
         words = np.zeros(self.width, dtype=np.uint32)
-        stack = np.empty(self._stack_size, dtype=np.int32)
-        walk_trie(self._flat_trans, state, trie.node_key, trie.node_next, trie.node_token_ptr, trie.token_ids, stack, words)
-        if self.dfa.accepting[state]:
+        self._walk(state, words)
+        if self._accepting(state):
             words |= self._eos_words
         mask = words.view(np.int32)
         mask.flags.writeable = False
         return mask
 
-    def get(self, state: int) -> np.ndarray:
+    def get(self, state: Hashable) -> np.ndarray:
         """The (read-only) mask of ``state``, from the cache when it is there."""
-        if self._eager is not None:
-            return self._eager[state]
         mask = self._cache.get(state)
         if mask is not None:
             try:
@@ -115,4 +115,34 @@ class StateMasks:
     @property
     def cached_states(self) -> int:
         """How many states have their mask in memory."""
-        return len(self._eager) if self._eager is not None else len(self._cache)
+        return len(self._cache)
+
+
+class StateMasks(MaskCache):
+    """Masks of a DFA's states. A small automaton gets every mask at construction, in a plain list."""
+
+    def __init__(self, dfa: ByteDFA, vocab: Vocabulary, *, cache_bytes: int = DEFAULT_CACHE_BYTES):
+        super().__init__(vocab, cache_bytes=cache_bytes)
+        self.dfa = dfa
+        self._flat_trans = np.ascontiguousarray(dfa.trans).reshape(-1)
+        self._stack_size = vocab.trie.max_depth + 1
+        self._eager: list[np.ndarray] | None = None
+        if dfa.num_states <= min(EAGER_STATES, self._max_entries):
+            self._eager = [self.compute(state) for state in range(dfa.num_states)]
+
+    def _walk(self, state: int, words: np.ndarray) -> None:
+        trie = self.vocab.trie
+        stack = np.empty(self._stack_size, dtype=np.int32)  # one per call: threads may compute masks at once
+        walk_trie(self._flat_trans, state, trie.node_key, trie.node_next, trie.node_token_ptr, trie.token_ids, stack, words)
+
+    def _accepting(self, state: int) -> bool:
+        return bool(self.dfa.accepting[state])
+
+    def get(self, state: int) -> np.ndarray:
+        if self._eager is not None:
+            return self._eager[state]
+        return super().get(state)
+
+    @property
+    def cached_states(self) -> int:
+        return len(self._eager) if self._eager is not None else super().cached_states

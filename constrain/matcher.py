@@ -7,14 +7,14 @@ list of states, so ``copy()`` (beam search, speculation) is O(1) and ``rollback(
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from typing import NamedTuple
 
 import numpy as np
 
 from .automaton import ByteDFA
 from .errors import ShapeError, TokenError
-from .masks import DEFAULT_CACHE_BYTES, StateMasks, walk_bytes
+from .masks import DEFAULT_CACHE_BYTES, MaskCache, StateMasks, walk_bytes
 from .vocab import Vocabulary
 
 #: The state a matcher is in after it accepted an end-of-sequence token.
@@ -24,14 +24,28 @@ MAX_FORCED_TOKENS = 1024
 
 
 class CompiledStructure:
-    """A structure compiled for one vocabulary; thread-safe and shared by all the matchers made from it."""
+    """A structure compiled for one vocabulary; thread-safe and shared by all the matchers made from it.
 
-    def __init__(self, dfa: ByteDFA, vocab: Vocabulary, *, source: str = "", cache_bytes: int = DEFAULT_CACHE_BYTES):
-        self.dfa = dfa
+    Subclasses hold the automaton: they give the start state, read a token's bytes from a state, say whether a
+    state may end the text, and own the mask cache (``masks``).
+    """
+
+    masks: MaskCache
+
+    def __init__(self, vocab: Vocabulary, *, source: str = ""):
         self.vocab = vocab
         self.source = source
-        self.masks = StateMasks(dfa, vocab, cache_bytes=cache_bytes)
         self.eos_ids = frozenset(int(t) for t in vocab.eos_ids)
+
+    start: Hashable
+
+    def read(self, state: Hashable, token: int) -> Hashable | None:
+        """The state after the (matchable) ``token``'s bytes, or None when the structure rejects them."""
+        raise NotImplementedError
+
+    def can_end(self, state: Hashable) -> bool:
+        """Whether the text read up to ``state`` is a complete match."""
+        raise NotImplementedError
 
     @property
     def bitmask_width(self) -> int:
@@ -42,12 +56,30 @@ class CompiledStructure:
         """A new matcher at the start of the structure."""
         return Matcher(self)
 
+
+class DFAStructure(CompiledStructure):
+    """A regular structure: one byte DFA (a regex, or anything without recursion)."""
+
+    def __init__(self, dfa: ByteDFA, vocab: Vocabulary, *, source: str = "", cache_bytes: int = DEFAULT_CACHE_BYTES):
+        super().__init__(vocab, source=source)
+        self.dfa = dfa
+        self.start = 0
+        self.masks = StateMasks(dfa, vocab, cache_bytes=cache_bytes)
+
+    def read(self, state: int, token: int) -> int | None:
+        vocab = self.vocab
+        nxt = walk_bytes(self.dfa.trans, state, vocab.data, vocab.offsets[token], vocab.offsets[token + 1])
+        return int(nxt) if nxt >= 0 else None
+
+    def can_end(self, state: int) -> bool:
+        return bool(self.dfa.accepting[state])
+
     def __repr__(self) -> str:
-        return f"CompiledStructure({self.source!r}, states={self.dfa.num_states}, vocab={self.vocab.size})"
+        return f"DFAStructure({self.source!r}, states={self.dfa.num_states}, vocab={self.vocab.size:,})"
 
 
 class _Step(NamedTuple):
-    state: int
+    state: Hashable
     parent: _Step | None
     depth: int
 
@@ -59,11 +91,11 @@ class Matcher:
 
     def __init__(self, structure: CompiledStructure):
         self.structure = structure
-        self._step = _Step(0, None, 0)
+        self._step = _Step(structure.start, None, 0)
 
     # -- reading tokens ----------------------------------------------------------------------------------------
 
-    def _next_state(self, state: int, token: int) -> int:
+    def _next_state(self, state: Hashable, token: int) -> Hashable:
         """The state after ``token``, or raise TokenError saying why it is not allowed."""
         s = self.structure
         vocab = s.vocab
@@ -72,15 +104,15 @@ class Matcher:
         if state == FINISHED:
             raise TokenError(f"token {token} comes after the end of sequence")
         if token in s.eos_ids:
-            if s.dfa.accepting[state]:
+            if s.can_end(state):
                 return FINISHED
             raise TokenError(f"end-of-sequence token {token} is not allowed: the structure is not complete")
         if not vocab.matchable[token]:
             raise TokenError(f"special token {token} is never allowed inside a structure")
-        nxt = walk_bytes(s.dfa.trans, state, vocab.data, vocab.offsets[token], vocab.offsets[token + 1])
-        if nxt < 0:
+        nxt = s.read(state, token)
+        if nxt is None:
             raise TokenError(f"token {token} ({vocab.token_bytes(token)!r}) is not allowed here")
-        return int(nxt)
+        return nxt
 
     def advance(self, tokens: int | Iterable[int]) -> None:
         """Read one token, or several in order. A disallowed token raises TokenError and changes nothing."""
@@ -124,7 +156,7 @@ class Matcher:
 
     def reset(self) -> None:
         """Back to the start of the structure."""
-        self._step = _Step(0, None, 0)
+        self._step = _Step(self.structure.start, None, 0)
 
     def copy(self) -> Matcher:
         """An independent matcher in the same state (O(1): histories are shared, never mutated)."""
@@ -143,7 +175,7 @@ class Matcher:
     def is_accepting(self) -> bool:
         """Whether the text so far is a complete match (end of sequence is allowed now, or was read)."""
         state = self._step.state
-        return state == FINISHED or bool(self.structure.dfa.accepting[state])
+        return state == FINISHED or self.structure.can_end(state)
 
     def is_finished(self) -> bool:
         """Whether an end-of-sequence token has been read."""

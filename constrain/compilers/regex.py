@@ -44,7 +44,7 @@ from interegular.patterns import (
 
 from ..automaton import BEGIN, END, MAX_CODE_POINT, ByteDFA, ByteNFA, code_point_ranges, complement_ranges
 from ..errors import RegexError
-from ..matcher import CompiledStructure
+from ..matcher import DFAStructure
 from ..vocab import Vocabulary
 
 # Anchors travel through interegular's parse tree as lone surrogates, which no text can contain.
@@ -178,6 +178,18 @@ class _Parser(_ParsePattern):
 @lru_cache(maxsize=256)
 def regex_to_dfa(pattern: str) -> ByteDFA:
     """Compile ``pattern`` to a minimal byte DFA whose language is the UTF-8 encodings of its full matches."""
+    nfa = ByteNFA()
+    start, accept = nfa.new_state(), nfa.new_state()
+    add_regex(nfa, pattern, start, accept)
+    dfa = nfa.determinize(start, accept)
+    if dfa.is_empty:
+        raise RegexError("the regex matches no string", pattern)
+    return dfa
+
+
+def add_regex(nfa: ByteNFA, pattern: str, src: int, dst: int, *, anchors: bool = True) -> None:
+    """Add to ``nfa`` a path from ``src`` to ``dst`` for each full match of ``pattern`` (a grammar terminal, or a
+    whole regex structure). ``anchors=False`` refuses ``^ $ \\A \\Z``, which mean nothing inside a grammar."""
     if not isinstance(pattern, str):
         raise TypeError(f"a regex must be a str, not {type(pattern).__name__}")
     surrogate = re.search("[\ud800-\udfff]", pattern)
@@ -193,21 +205,16 @@ def regex_to_dfa(pattern: str) -> ByteDFA:
             raise RegexError(syntax.msg, pattern, syntax.pos) from None
         position = exc.index if isinstance(exc, NoMatch) else parser.index
         raise RegexError(str(exc) if not isinstance(exc, NoMatch) else "cannot parse", pattern, position) from None
-    nfa = ByteNFA()
-    start, accept = nfa.new_state(), nfa.new_state()
-    _Builder(nfa, pattern).build(tree, start, accept, REFlags(0))
-    dfa = nfa.determinize(start, accept)
-    if dfa.is_empty:
-        raise RegexError("the regex matches no string", pattern)
-    return dfa
+    _Builder(nfa, pattern, anchors).build(tree, src, dst, REFlags(0))
 
 
 class _Builder:
     """Thompson construction from interegular's parse tree into a :class:`ByteNFA`."""
 
-    def __init__(self, nfa: ByteNFA, pattern: str):
+    def __init__(self, nfa: ByteNFA, pattern: str, anchors: bool):
         self.nfa = nfa
         self.pattern = pattern
+        self.anchors = anchors
 
     def build(self, node, src: int, dst: int, flags: REFlags) -> None:
         nfa = self.nfa
@@ -277,6 +284,8 @@ class _Builder:
 
     def _char_group(self, group: _CharGroup, src: int, dst: int, flags: REFlags) -> None:
         if not group.negated and len(group.chars) == 1 and next(iter(group.chars)) in _MARKERS:
+            if not self.anchors:
+                raise RegexError("anchors (^ $ \\A \\Z) have no meaning inside a grammar terminal", self.pattern)
             self.nfa.add_marker(src, _MARKERS[next(iter(group.chars))], dst)
             return
         if len(group.chars) == 1 and not group.negated and not flags & REFlags.CASE_INSENSITIVE:
@@ -295,6 +304,6 @@ class _Builder:
         self.nfa.add_code_points(src, ranges, dst)
 
 
-def compile_regex(pattern: str, vocab: Vocabulary, **options) -> CompiledStructure:
-    """Compile a regex (whole-text match) for ``vocab``; ``options`` go to :class:`CompiledStructure`."""
-    return CompiledStructure(regex_to_dfa(pattern), vocab, source=pattern, **options)
+def compile_regex(pattern: str, vocab: Vocabulary, **options) -> DFAStructure:
+    """Compile a regex (whole-text match) for ``vocab``; ``options`` (``cache_bytes``) go to :class:`DFAStructure`."""
+    return DFAStructure(regex_to_dfa(pattern), vocab, source=pattern, **options)

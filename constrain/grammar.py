@@ -1,0 +1,241 @@
+"""The grammar IR, and its compilation to a pushdown automaton: one small byte DFA per rule, with call edges.
+
+Every structure compiler (JSON Schema, Lark, GBNF, tools) lowers to a :class:`Grammar`: named rules whose bodies
+combine terminals (literal bytes, regexes) with sequences, alternatives, repetitions and references to other
+rules. :func:`build_pushdown` builds each rule's NFA (terminals expand to byte paths, references stay *calls*),
+then determinises and minimises it. Recursion (nested JSON, ``$ref`` cycles, arithmetic) therefore stays a call
+on a stack instead of exploding into one huge automaton, and the automata of shared pieces (a JSON string body)
+are shared by every place that uses them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Union
+
+import numpy as np
+
+from .automaton import ByteDFA, ByteNFA
+from .compilers.regex import add_regex
+from .errors import StructureError
+
+
+class GrammarError(StructureError):
+    """A grammar is malformed (an undefined rule, left recursion, a rule that can never complete)."""
+
+
+@dataclass(frozen=True)
+class Literal:
+    """Exactly these bytes (a ``str`` is taken as its UTF-8 encoding)."""
+
+    value: bytes | str
+
+
+@dataclass(frozen=True)
+class Regex:
+    """Any full match of a regex (the subset of :mod:`constrain.compilers.regex`, without anchors)."""
+
+    pattern: str
+
+
+@dataclass(frozen=True)
+class Ref:
+    """One match of another rule."""
+
+    rule: str
+
+
+@dataclass(frozen=True)
+class Seq:
+    items: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class Alt:
+    items: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """``item`` between ``min`` and ``max`` times (``max=None``: unbounded)."""
+
+    item: Expr
+    min: int = 0
+    max: int | None = None
+
+
+Expr = Union[Literal, Regex, Ref, Seq, Alt, Repeat]
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """Named rules; the text must be one match of ``start``."""
+
+    rules: Mapping[str, Expr]
+    start: str
+
+
+@dataclass(frozen=True, eq=False)
+class Pushdown:
+    """A compiled grammar: ``rules[i]`` is rule ``names[i]``'s DFA (rule 0 is the start); call edges name rules
+    by index. Runtime configurations are stacks of (rule, state) frames; see :mod:`constrain.pushdown`."""
+
+    names: tuple[str, ...]
+    rules: tuple[ByteDFA, ...]
+
+    @property
+    def num_states(self) -> int:
+        return sum(dfa.num_states for dfa in self.rules)
+
+
+def build_pushdown(grammar: Grammar) -> Pushdown:
+    """Compile ``grammar`` to a :class:`Pushdown`, refusing undefined rules, rules that can never complete and
+    left recursion (which a pushdown walk cannot close over) with a :class:`GrammarError` naming the rule."""
+    if grammar.start not in grammar.rules:
+        raise GrammarError(f"the start rule {grammar.start!r} is not defined")
+    names = [grammar.start] + sorted(n for n in grammar.rules if n != grammar.start)
+    index = {name: i for i, name in enumerate(names)}
+    rules = []
+    for name in names:
+        nfa = ByteNFA()
+        start, accept = nfa.new_state(), nfa.new_state()
+        _build(nfa, grammar.rules[name], start, accept, index, name)
+        rules.append(nfa.determinize(start, accept))
+    pushdown = Pushdown(tuple(names), tuple(rules))
+    _check_productive(pushdown)
+    _check_left_recursion(pushdown)
+    return pushdown
+
+
+def _build(nfa: ByteNFA, expr: Expr, src: int, dst: int, index: Mapping[str, int], rule: str) -> None:
+    if isinstance(expr, Literal):
+        data = expr.value.encode() if isinstance(expr.value, str) else bytes(expr.value)
+        if not data:
+            nfa.add_epsilon(src, dst)
+            return
+        state = src
+        for i, byte in enumerate(data):
+            nxt = dst if i == len(data) - 1 else nfa.new_state()
+            nfa.add_bytes(state, byte, byte, nxt)
+            state = nxt
+    elif isinstance(expr, Regex):
+        add_regex(nfa, expr.pattern, src, dst, anchors=False)
+    elif isinstance(expr, Ref):
+        if expr.rule not in index:
+            raise GrammarError(f"rule {rule!r} refers to the undefined rule {expr.rule!r}")
+        nfa.add_call(src, index[expr.rule], dst)
+    elif isinstance(expr, Seq):
+        if not expr.items:
+            nfa.add_epsilon(src, dst)
+        state = src
+        for i, item in enumerate(expr.items):
+            nxt = dst if i == len(expr.items) - 1 else nfa.new_state()
+            _build(nfa, item, state, nxt, index, rule)
+            state = nxt
+    elif isinstance(expr, Alt):
+        if not expr.items:
+            raise GrammarError(f"rule {rule!r} has an alternative with no options")
+        for item in expr.items:
+            _build(nfa, item, src, dst, index, rule)
+    elif isinstance(expr, Repeat):
+        if expr.min < 0 or (expr.max is not None and expr.max < expr.min):
+            raise GrammarError(f"rule {rule!r} repeats between {expr.min} and {expr.max} times")
+        state = src
+        for _ in range(expr.min):
+            nxt = nfa.new_state()
+            _build(nfa, expr.item, state, nxt, index, rule)
+            state = nxt
+        if expr.max is None:
+            loop = nfa.new_state()
+            nfa.add_epsilon(state, loop)
+            back = nfa.new_state()
+            _build(nfa, expr.item, loop, back, index, rule)
+            nfa.add_epsilon(back, loop)
+            nfa.add_epsilon(loop, dst)
+            return
+        for _ in range(expr.max - expr.min):
+            nfa.add_epsilon(state, dst)
+            nxt = nfa.new_state()
+            _build(nfa, expr.item, state, nxt, index, rule)
+            state = nxt
+        nfa.add_epsilon(state, dst)
+    else:
+        raise GrammarError(f"rule {rule!r} contains {expr!r}, which is not a grammar expression")
+
+
+def _reachable_accept(dfa: ByteDFA, usable_call: np.ndarray, byte_edges: bool) -> bool:
+    """Whether acceptance is reachable from the start using call edges whose column is usable (and byte edges
+    when ``byte_edges``)."""
+    seen = {0}
+    stack = [0]
+    while stack:
+        s = stack.pop()
+        if dfa.accepting[s]:
+            return True
+        nexts = set(dfa.calls[s, usable_call].tolist())
+        if byte_edges:
+            nexts |= set(dfa.trans[s].tolist())
+        for t in nexts - {-1} - seen:
+            seen.add(t)
+            stack.append(t)
+    return False
+
+
+def _check_productive(pushdown: Pushdown) -> None:
+    productive = np.zeros(len(pushdown.rules), dtype=bool)
+    changed = True
+    while changed:
+        changed = False
+        for i, dfa in enumerate(pushdown.rules):
+            usable = productive[list(dfa.callees)] if dfa.callees else np.zeros(0, dtype=bool)
+            if not productive[i] and _reachable_accept(dfa, usable, byte_edges=True):
+                productive[i] = changed = True
+    if not productive.all():
+        names = [pushdown.names[i] for i in np.flatnonzero(~productive)]
+        raise GrammarError(f"these rules can never complete (each needs itself or another such rule): {names}")
+
+
+def _check_left_recursion(pushdown: Pushdown) -> None:
+    rules = pushdown.rules
+    nullable = np.zeros(len(rules), dtype=bool)
+    changed = True
+    while changed:
+        changed = False
+        for i, dfa in enumerate(rules):
+            usable = nullable[list(dfa.callees)] if dfa.callees else np.zeros(0, dtype=bool)
+            if not nullable[i] and _reachable_accept(dfa, usable, byte_edges=False):
+                nullable[i] = changed = True
+    # Rules callable before any byte is read, from each rule's start.
+    first_calls: list[set[int]] = []
+    for dfa in rules:
+        calls: set[int] = set()
+        seen, stack = {0}, [0]
+        while stack:
+            s = stack.pop()
+            for k, callee in enumerate(dfa.callees):
+                t = int(dfa.calls[s, k])
+                if t < 0:
+                    continue
+                calls.add(callee)
+                if nullable[callee] and t not in seen:
+                    seen.add(t)
+                    stack.append(t)
+        first_calls.append(calls)
+    state = [0] * len(rules)  # 0 unvisited, 1 on the path, 2 done
+
+    def visit(i: int, path: list[int]) -> None:
+        state[i] = 1
+        for j in first_calls[i]:
+            if state[j] == 1:
+                cycle = path[path.index(j) :] + [j]
+                raise GrammarError(
+                    "left recursion: " + " -> ".join(pushdown.names[k] for k in cycle) + " reads no byte first"
+                )
+            if state[j] == 0:
+                visit(j, path + [j])
+        state[i] = 2
+
+    for i in range(len(rules)):
+        if state[i] == 0:
+            visit(i, [i])

@@ -1,0 +1,167 @@
+"""Grammar IR -> pushdown automaton: language membership against lark, masks against brute force."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+
+import lark
+import numpy as np
+import pytest
+
+from constrain.errors import RegexError
+from constrain.grammar import Alt, Grammar, GrammarError, Literal, Ref, Regex, Repeat, Seq, build_pushdown
+from constrain.pushdown import Machine, compile_grammar
+from constrain.vocab import Vocabulary
+
+
+def comma_list(item):
+    return Repeat(Seq((item, Repeat(Seq((Literal(","), item))))), 0, 1)
+
+
+JSONISH = Grammar(
+    {
+        "value": Alt((Ref("object"), Ref("array"), Ref("string"), Regex(r"-?(0|[1-9]\d*)"), Literal("true"))),
+        "object": Seq((Literal("{"), comma_list(Seq((Ref("string"), Literal(":"), Ref("value")))), Literal("}"))),
+        "array": Seq((Literal("["), comma_list(Ref("value")), Literal("]"))),
+        "string": Regex(r'"([^"\\\x00-\x1f]|\\["\\nt])*"'),
+    },
+    "value",
+)
+
+ARITHMETIC = Grammar(
+    {
+        "expr": Seq((Ref("term"), Repeat(Seq((Regex("[+-]"), Ref("term")))))),
+        "term": Seq((Ref("factor"), Repeat(Seq((Literal("*"), Ref("factor")))))),
+        "factor": Alt((Regex("[0-9]+"), Seq((Literal("("), Ref("expr"), Literal(")"))))),
+    },
+    "expr",
+)
+ARITHMETIC_LARK = r"""
+    expr: term (/[+-]/ term)*
+    term: factor ("*" factor)*
+    factor: /[0-9]+/ | "(" expr ")"
+"""
+
+# Ambiguous on purpose: both branches start alike, and which one applies is only known later.
+AMBIGUOUS = Grammar(
+    {
+        "s": Alt((Ref("a"), Ref("b"), Seq((Ref("a"), Ref("b"))))),
+        "a": Seq((Literal("x"), Repeat(Literal("y")))),
+        "b": Seq((Literal("x"), Repeat(Literal("z")), Repeat(Ref("s"), 0, 1))),
+    },
+    "s",
+)
+AMBIGUOUS_LARK = r"""
+    s: a | b | a b
+    a: "x" "y"*
+    b: "x" "z"* s?
+"""
+
+
+def accepts(machine: Machine, text: str) -> bool:
+    configs = machine.read(machine.start, text.encode())
+    return bool(configs) and machine.can_end(configs)
+
+
+@pytest.mark.parametrize(
+    "grammar,lark_text,alphabet,length",
+    [(ARITHMETIC, ARITHMETIC_LARK, "1+*()", 6), (AMBIGUOUS, AMBIGUOUS_LARK, "xyz", 7)],
+)
+def test_membership_equals_lark_on_every_short_string(grammar, lark_text, alphabet, length):
+    machine = Machine.from_pushdown(build_pushdown(grammar))
+    parser = lark.Lark(lark_text, start=grammar.start, parser="earley")
+    for n in range(length + 1):
+        for chars in itertools.product(alphabet, repeat=n):
+            text = "".join(chars)
+            try:
+                parser.parse(text)
+                expected = True
+            except lark.exceptions.LarkError:
+                expected = False
+            assert accepts(machine, text) == expected, text
+
+
+def test_prefixes_stay_alive_exactly_while_a_completion_exists():
+    machine = Machine.from_pushdown(build_pushdown(JSONISH))
+    rng = random.Random(0)
+    for _ in range(200):
+        value = {"a": [1, "x", {"b": True}], "c\\d": rng.randint(-50, 50), "e": [[], {}]}
+        text = json.dumps(value, separators=(",", ":"))
+        configs = machine.start
+        for i in range(len(text)):
+            configs = machine.read(configs, text[i].encode())
+            assert configs, text[: i + 1]
+        assert machine.can_end(configs)
+    for bad in ['{"a":}', "[1,]", '{"a" 1}', "01", '"\\q"', "[1]]", "{,}"]:
+        assert not accepts(machine, bad), bad
+
+
+def test_build_errors_name_the_rule():
+    with pytest.raises(GrammarError, match="undefined rule 'nope'"):
+        build_pushdown(Grammar({"s": Ref("nope")}, "s"))
+    with pytest.raises(GrammarError, match="left recursion"):
+        build_pushdown(Grammar({"s": Alt((Seq((Ref("s"), Literal("+"), Literal("1"))), Literal("1")))}, "s"))
+    with pytest.raises(GrammarError, match="never complete"):
+        build_pushdown(Grammar({"s": Seq((Literal("("), Ref("s"), Literal(")")))}, "s"))
+    with pytest.raises(GrammarError, match="start rule"):
+        build_pushdown(Grammar({"s": Literal("x")}, "t"))
+    with pytest.raises(RegexError, match="anchors"):
+        build_pushdown(Grammar({"s": Regex("^x$")}, "s"))
+
+
+def synthetic_vocab(alphabet: str, seed: int = 0) -> Vocabulary:
+    rng = random.Random(seed)
+    pieces = {"".join(rng.choice(alphabet) for _ in range(rng.randint(1, 5))).encode() for _ in range(4000)}
+    tokens = sorted(pieces | {bytes([c]) for c in range(256)})
+    return Vocabulary.from_token_bytes(tokens, eos_ids=[len(tokens)])
+
+
+def brute_force(machine: Machine, vocab: Vocabulary, configs, ids) -> np.ndarray:
+    return np.array([bool(vocab.matchable[i]) and bool(machine.read(configs, vocab.token_bytes(int(i)))) for i in ids])
+
+
+PREFIXES = ["", "{", '{"a', '{"a":', '{"a":[', '{"a":[1,', '{"a":[1,{"b":true}', "[[[[", '[1,"x"', '"é', "-", '{"a":1,"b"']
+
+
+def test_masks_equal_brute_force_on_a_synthetic_vocabulary():
+    vocab = synthetic_vocab('{}[],:"ab1-0truexé\\')
+    structure = compile_grammar(JSONISH, vocab)
+    machine = structure.machine
+    for prefix in PREFIXES:
+        configs = machine.read(machine.start, prefix.encode())
+        mask = np.unpackbits(structure.masks.get(configs).view(np.uint8), bitorder="little")[: vocab.size]
+        want = brute_force(machine, vocab, configs, range(vocab.size))
+        want[vocab.eos_ids] = machine.can_end(configs)
+        assert np.array_equal(mask.astype(bool), want), prefix
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+def test_masks_on_gemma_equal_brute_force_on_allowed_and_sampled_tokens(gemma_vocab, prefix):
+    structure = compile_grammar(JSONISH, gemma_vocab)
+    machine = structure.machine
+    configs = machine.read(machine.start, prefix.encode())
+    mask = np.unpackbits(structure.masks.get(configs).view(np.uint8), bitorder="little")[: gemma_vocab.size]
+    mask = mask.astype(bool)
+    rng = np.random.default_rng(1)
+    allowed = np.flatnonzero(mask & gemma_vocab.matchable)
+    if len(allowed) > 3000:
+        allowed = rng.choice(allowed, 3000, replace=False)
+    ids = np.union1d(allowed, rng.choice(gemma_vocab.size, 3000, replace=False))
+    assert np.array_equal(mask[ids] & gemma_vocab.matchable[ids], brute_force(machine, gemma_vocab, configs, ids))
+
+
+def test_matcher_follows_real_tokenizations(gemma_vocab, gemma_tokenizer):
+    structure = compile_grammar(JSONISH, gemma_vocab)
+    for text in ['{"name":"Ada","tags":["x",{"k":[1,2,-3]}],"ok":true}', "[[[],[]],{}]", '"tab\\t"']:
+        matcher = structure.matcher()
+        for token in gemma_tokenizer.encode(text, add_special_tokens=False):
+            allowed = matcher.mask()
+            assert (allowed[token >> 5] >> (token & 31)) & 1, (text, token)
+            matcher.advance(token)
+        assert matcher.is_accepting()
+        matcher.advance(1)
+        assert matcher.is_finished()
+        matcher.rollback(2)
+        assert not matcher.is_finished()
