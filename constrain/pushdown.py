@@ -14,6 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import threading
+from collections import OrderedDict
+
 import numpy as np
 from numba import njit
 
@@ -117,41 +120,89 @@ class Machine:
 
     # -- masks ---------------------------------------------------------------------------------------------------
 
-    def mask_words(self, configs: Configs, trie, words: np.ndarray) -> None:
-        """Set in ``words`` (uint32) the bit of every token readable from ``configs`` (end of sequence aside)."""
+    def walk(self, configs: Configs, trie, words: np.ndarray, ranges: np.ndarray | None = None, record_pops: bool = False) -> np.ndarray:
+        """Set in ``words`` (uint32) the bit of every token readable from ``configs`` (end of sequence aside).
+
+        ``ranges`` (rows of first node, end node, depth already read) limits the walk to those trie subtrees,
+        as if their first ``depth`` bytes had been read; by default, the whole trie. With ``record_pops``,
+        returns the trie nodes (-1 for the root) after which a configuration's bottom frame could return to a
+        caller below it, i.e. where a caller's context decides the rest; otherwise an empty array.
+        """
         depth_cap = trie.max_depth + 1
-        level_cap = MAX_CONFIGS
-        pool_cap = depth_cap * level_cap * 4 + sum(len(s) for s in configs)
+        pool_cap = depth_cap * MAX_CONFIGS * 4 + sum(len(s) for s in configs)
         pool_state = np.empty(pool_cap, dtype=np.int32)
         pool_parent = np.empty(pool_cap, dtype=np.int32)
-        tops = []
+        top_state, top_parent = [], []
         used = 0
         for stack in configs:
             parent = -1
-            for state in stack:
+            for state in stack[:-1]:
                 pool_state[used] = state
                 pool_parent[used] = parent
                 parent = used
                 used += 1
-            tops.append(parent)
-        status = _walk_pushdown(
+            top_state.append(stack[-1])
+            top_parent.append(parent)
+        if ranges is None:
+            ranges = np.array([[0, trie.num_nodes, 0]], dtype=np.int64)
+        pops = np.empty(trie.num_nodes + 1 if record_pops else 0, dtype=np.int32)
+        count = _walk_pushdown(
             self.trans, self.accepting, self.call_ptr, self.call_start, self.call_return,
-            np.asarray(tops, dtype=np.int32), used, pool_state, pool_parent, level_cap,
-            trie.node_key, trie.node_next, trie.node_token_ptr, trie.token_ids, depth_cap, words,
+            np.asarray(top_state, dtype=np.int32), np.asarray(top_parent, dtype=np.int32), used, pool_state,
+            pool_parent, MAX_CONFIGS,
+            trie.node_key, trie.node_next, trie.node_token_ptr, trie.token_ids, depth_cap, ranges, words, pops,
         )  # fmt: skip
-        if status < 0:
+        if count < 0:
             raise AmbiguityError(f"more than {MAX_CONFIGS} parses are open at once inside one token")
+        return pops[:count]
 
 
 class PushdownMasks(MaskCache):
-    """Masks of pushdown configurations, cached per configuration set."""
+    """Masks of pushdown configurations, cached per configuration set.
+
+    A configuration's mask splits in two. The tokens its top frame reads without returning to its caller depend
+    on that frame's state alone: they are walked once per state and kept (with the trie nodes where the frame
+    could return) in a cache shared by every configuration. Only the rest, the tokens that cross a return, are
+    walked for the actual caller, and only below those recorded nodes.
+    """
 
     def __init__(self, machine: Machine, vocab: Vocabulary, *, cache_bytes: int = DEFAULT_CACHE_BYTES):
-        super().__init__(vocab, cache_bytes=cache_bytes)
+        super().__init__(vocab, cache_bytes=cache_bytes // 2)
         self.machine = machine
+        trie = vocab.trie
+        self._depth_of = trie.node_key >> 8
+        self._local: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._max_local = self._max_entries
+        self._local_lock = threading.Lock()
+
+    def local(self, state: int) -> tuple[np.ndarray, np.ndarray]:
+        """(words, pop ranges) of a top frame in ``state``: the tokens it reads without returning, and the trie
+        subtrees (first node, end node, depth) whose tokens return to the caller partway."""
+        entry = self._local.get(state)
+        if entry is not None:
+            return entry
+        words = np.zeros(self.width, dtype=np.uint32)
+        pops = self.machine.walk(((state,),), self.vocab.trie, words, record_pops=True)
+        trie = self.vocab.trie
+        ranges = np.empty((len(pops), 3), dtype=np.int64)
+        for row, node in enumerate(pops):
+            if node < 0:
+                ranges[row] = (0, trie.num_nodes, 0)
+            else:
+                ranges[row] = (node + 1, trie.node_next[node], self._depth_of[node])
+        entry = (words, ranges)
+        with self._local_lock:
+            self._local[state] = entry
+            if len(self._local) > self._max_local:
+                self._local.popitem(last=False)
+        return entry
 
     def _walk(self, configs: Configs, words: np.ndarray) -> None:
-        self.machine.mask_words(configs, self.vocab.trie, words)
+        for stack in configs:
+            local_words, ranges = self.local(stack[-1])
+            words |= local_words
+            if len(stack) > 1 and len(ranges):
+                self.machine.walk((stack[:-1],), self.vocab.trie, words, ranges)
 
     def _accepting(self, configs: Configs) -> bool:
         return self.machine.can_end(configs)
@@ -185,119 +236,143 @@ def compile_grammar(grammar: Grammar, vocab: Vocabulary, **options) -> GrammarSt
 
 @njit(cache=True, nogil=True)
 def _expand(
-    trans, accepting, call_ptr, call_start, call_return, pool_state, pool_parent, pool_top, configs, n, out, work
+    accepting, call_ptr, call_start, call_return, pool_state, pool_parent, pool_top,
+    in_state, in_parent, n, out_state, out_parent, work_state, work_parent,
 ):
-    """Closure of ``configs[:n]`` (top-frame indices) into ``out``; new frames go to the pool from ``pool_top``;
-    ``work`` is scratch space. Returns (count, new pool top), or count -1 when a bound is exceeded."""
-    level_cap = out.shape[0]
+    """Closure of the configurations ``(in_state[j], in_parent[j])`` for j < n into ``out_*``: pushes allocate
+    the caller's return frame in the pool from ``pool_top``. Returns (count, new pool top); count -1 when a
+    bound is exceeded."""
+    cap = out_state.shape[0]
     count = 0
     w = 0
     for j in range(n):
-        work[w] = configs[j]
+        work_state[w] = in_state[j]
+        work_parent[w] = in_parent[j]
         w += 1
     while w > 0:
         w -= 1
-        f = work[w]
-        state = pool_state[f]
-        parent = pool_parent[f]
+        state = work_state[w]
+        parent = work_parent[w]
         duplicate = False
         for j in range(count):
-            g = out[j]
-            if pool_state[g] == state and pool_parent[g] == parent:
+            if out_state[j] == state and out_parent[j] == parent:
                 duplicate = True
                 break
         if duplicate:
             continue
-        if count >= level_cap or w + (call_ptr[state + 1] - call_ptr[state]) + 1 >= work.shape[0]:
+        if count >= cap or w + (call_ptr[state + 1] - call_ptr[state]) + 1 >= work_state.shape[0]:
             return -1, pool_top
-        out[count] = f
+        out_state[count] = state
+        out_parent[count] = parent
         count += 1
         for k in range(call_ptr[state], call_ptr[state + 1]):
-            if pool_top + 2 > pool_state.shape[0]:
+            if pool_top >= pool_state.shape[0]:
                 return -1, pool_top
             pool_state[pool_top] = call_return[k]
             pool_parent[pool_top] = parent
-            pool_state[pool_top + 1] = call_start[k]
-            pool_parent[pool_top + 1] = pool_top
-            work[w] = pool_top + 1
+            work_state[w] = call_start[k]
+            work_parent[w] = pool_top
             w += 1
-            pool_top += 2
+            pool_top += 1
         if accepting[state] and parent >= 0:
-            work[w] = parent
+            work_state[w] = pool_state[parent]
+            work_parent[w] = pool_parent[parent]
             w += 1
     return count, pool_top
 
 
 @njit(cache=True, nogil=True)
 def _walk_pushdown(
-    trans, accepting, call_ptr, call_start, call_return, tops, pool_used, pool_state, pool_parent, level_cap,
-    node_key, node_next, node_token_ptr, token_ids, depth_cap, out,
+    trans, accepting, call_ptr, call_start, call_return, top_state, top_parent, pool_used, pool_state,
+    pool_parent, level_cap, node_key, node_next, node_token_ptr, token_ids, depth_cap, ranges, out, pops,
 ):
-    """Set in ``out`` the bit of every token whose bytes some configuration can read. Returns 0, or -1 when the
+    """Set in ``out`` the bit of every token whose bytes some configuration can read, over the trie subtrees in
+    ``ranges``. Returns how many pop nodes were written to ``pops`` (when it has room), or -1 when the
     configurations outgrow ``level_cap``.
 
-    ``level[d]`` holds the configurations after ``d`` bytes of the current trie path; ``closed[d]`` their
-    closure, computed once per trie node and shared by all its children. Pool frames made for a level are
-    dropped (the pool top rewound) when the walk moves to another branch.
+    A configuration is a top state and the pool index of the frame below it. ``level[d]`` holds the
+    configurations after ``d`` bytes of the current trie path and ``closed[d]`` their closure, computed once per
+    trie node and shared by its children; a configuration that can neither call nor return is its own closure.
+    Frames pushed for a level are dropped (the pool top rewound) when the walk moves to another branch.
     """
-    work = np.empty(level_cap * 4, dtype=np.int32)
-    level = np.empty((depth_cap + 1, level_cap), dtype=np.int32)
+    work_state = np.empty(level_cap * 4, dtype=np.int32)
+    work_parent = np.empty(level_cap * 4, dtype=np.int32)
+    level_state = np.empty((depth_cap + 1, level_cap), dtype=np.int32)
+    level_parent = np.empty((depth_cap + 1, level_cap), dtype=np.int32)
     level_n = np.zeros(depth_cap + 1, dtype=np.int64)
-    closed = np.empty((depth_cap + 1, level_cap), dtype=np.int32)
+    closed_state = np.empty((depth_cap + 1, level_cap), dtype=np.int32)
+    closed_parent = np.empty((depth_cap + 1, level_cap), dtype=np.int32)
     closed_n = np.full(depth_cap + 1, -1, dtype=np.int64)  # -1: not computed for the current path
-    pool_mark = np.zeros(depth_cap + 1, dtype=np.int64)  # pool top after level d's frames
+    pool_mark = np.zeros(depth_cap + 1, dtype=np.int64)  # pool top when level d was made
     closed_mark = np.zeros(depth_cap + 1, dtype=np.int64)  # pool top after level d's closure
-    for j in range(tops.shape[0]):
-        level[0, j] = tops[j]
-    level_n[0] = tops.shape[0]
-    pool_mark[0] = pool_used
-    n = node_key.shape[0]
-    i = 0
-    while i < n:
-        key = node_key[i]
-        depth = key >> 8
-        byte = key & 255
-        parent = depth - 1
-        if closed_n[parent] < 0:
-            count, top = _expand(
-                trans, accepting, call_ptr, call_start, call_return, pool_state, pool_parent,
-                pool_mark[parent], level[parent], level_n[parent], closed[parent], work,
-            )  # fmt: skip
-            if count < 0:
-                return -1
-            closed_n[parent] = count
-            closed_mark[parent] = top
-        top = closed_mark[parent]
-        count = 0
-        for j in range(closed_n[parent]):
-            f = closed[parent, j]
-            t = trans[pool_state[f], byte]
-            if t < 0:
+    node_at = np.full(depth_cap + 1, -1, dtype=np.int64)  # the trie node of each level on the current path
+    record = pops.shape[0] > 0
+    num_pops = 0
+    for r in range(ranges.shape[0]):
+        base = ranges[r, 2]
+        for j in range(top_state.shape[0]):
+            level_state[base, j] = top_state[j]
+            level_parent[base, j] = top_parent[j]
+        level_n[base] = top_state.shape[0]
+        closed_n[base] = -1
+        pool_mark[base] = pool_used
+        node_at[base] = -1
+        i = ranges[r, 0]
+        end = ranges[r, 1]
+        while i < end:
+            key = node_key[i]
+            depth = key >> 8
+            byte = key & 255
+            parent = depth - 1
+            if closed_n[parent] < 0:
+                s0 = level_state[parent, 0]
+                p0 = level_parent[parent, 0]
+                if level_n[parent] == 1 and call_ptr[s0] == call_ptr[s0 + 1] and not accepting[s0]:
+                    closed_state[parent, 0] = s0
+                    closed_parent[parent, 0] = p0
+                    closed_n[parent] = 1
+                    closed_mark[parent] = pool_mark[parent]
+                else:
+                    count, top = _expand(
+                        accepting, call_ptr, call_start, call_return, pool_state, pool_parent, pool_mark[parent],
+                        level_state[parent], level_parent[parent], level_n[parent],
+                        closed_state[parent], closed_parent[parent], work_state, work_parent,
+                    )  # fmt: skip
+                    if count < 0:
+                        return -1
+                    closed_n[parent] = count
+                    closed_mark[parent] = top
+                    if record:
+                        for j in range(count):
+                            if closed_parent[parent, j] < 0 and accepting[closed_state[parent, j]]:
+                                pops[num_pops] = node_at[parent]
+                                num_pops += 1
+                                break
+            count = 0
+            for j in range(closed_n[parent]):
+                t = trans[closed_state[parent, j], byte]
+                if t < 0:
+                    continue
+                up = closed_parent[parent, j]
+                duplicate = False
+                for m in range(count):
+                    if level_state[depth, m] == t and level_parent[depth, m] == up:
+                        duplicate = True
+                        break
+                if duplicate:
+                    continue
+                level_state[depth, count] = t
+                level_parent[depth, count] = up
+                count += 1
+            if count == 0:
+                i = node_next[i]
                 continue
-            up = pool_parent[f]
-            duplicate = False
-            for m in range(count):
-                g = level[depth, m]
-                if pool_state[g] == t and pool_parent[g] == up:
-                    duplicate = True
-                    break
-            if duplicate:
-                continue
-            if count >= level_cap or top >= pool_state.shape[0]:
-                return -1
-            pool_state[top] = t
-            pool_parent[top] = up
-            level[depth, count] = top
-            count += 1
-            top += 1
-        if count == 0:
-            i = node_next[i]
-            continue
-        level_n[depth] = count
-        pool_mark[depth] = top
-        closed_n[depth] = -1
-        for k in range(node_token_ptr[i], node_token_ptr[i + 1]):
-            t = token_ids[k]
-            out[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
-        i += 1
-    return 0
+            level_n[depth] = count
+            pool_mark[depth] = closed_mark[parent]
+            closed_n[depth] = -1
+            node_at[depth] = i
+            for k in range(node_token_ptr[i], node_token_ptr[i + 1]):
+                t = token_ids[k]
+                out[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+            i += 1
+    return num_pops
