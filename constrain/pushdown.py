@@ -14,12 +14,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import hashlib
+import os
+import tempfile
 import threading
 from collections import OrderedDict
 
 import numpy as np
 from numba import njit
 
+from .cache import cache_dir
 from .errors import StructureError
 from .grammar import Grammar, Pushdown, build_pushdown
 from .masks import DEFAULT_CACHE_BYTES, MaskCache
@@ -51,6 +55,7 @@ class Machine:
     call_start: np.ndarray  # int32: the callee's start state
     call_return: np.ndarray  # int32: the caller's state after the callee returns
     rule_start: np.ndarray  # int32 (R,): global start state of each rule
+    lexical_keys: tuple[str | None, ...]  # per rule: a content hash when the rule calls no other rule
 
     @classmethod
     def from_pushdown(cls, pushdown: Pushdown) -> Machine:
@@ -75,7 +80,13 @@ class Machine:
             np.asarray(starts, dtype=np.int32),
             np.asarray(returns, dtype=np.int32),
             offsets[:-1].astype(np.int32),
+            tuple(_content_key(dfa) if not dfa.callees else None for dfa in pushdown.rules),
         )
+
+    def locate(self, state: int) -> tuple[int, int]:
+        """(rule index, state within that rule's DFA) of a global state."""
+        rule = int(np.searchsorted(self.rule_start, state, side="right")) - 1
+        return rule, state - int(self.rule_start[rule])
 
     @property
     def start(self) -> Configs:
@@ -157,6 +168,78 @@ class Machine:
         return pops[:count]
 
 
+def _content_key(dfa) -> str:
+    """A hash of a call-free rule's automaton: equal keys mean equal automata, whatever structure they are in."""
+    digest = hashlib.sha256()
+    digest.update(np.ascontiguousarray(dfa.trans).tobytes())
+    digest.update(np.ascontiguousarray(dfa.accepting).tobytes())
+    return digest.hexdigest()[:32]
+
+
+class LexicalMasks:
+    """Local walks of lexical rules (a JSON string body, a number, whitespace), one store per vocabulary.
+
+    Real schemas reuse the same few lexical pieces; their walks depend only on the piece's automaton and the
+    vocabulary, so they are computed once per tokenizer, kept on disk under ``cache_dir("masks", ...)``, and
+    reused by every structure compiled afterwards, in this process or a later one.
+    """
+
+    #: Bumped whenever what a walk records changes, so stale files on disk are never read.
+    FORMAT = 1
+    _stores: dict[str, LexicalMasks] = {}
+    _stores_lock = threading.Lock()
+    MAX_ENTRIES = 4096
+
+    def __init__(self, vocab: Vocabulary):
+        self.folder = cache_dir("masks", f"v{self.FORMAT}", vocab.fingerprint[:32])
+        self._entries: OrderedDict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def of(cls, vocab: Vocabulary) -> LexicalMasks:
+        with cls._stores_lock:
+            store = cls._stores.get(vocab.fingerprint)
+            if store is None:
+                store = cls._stores[vocab.fingerprint] = cls(vocab)
+            return store
+
+    def get(self, key: str, state: int, compute) -> tuple[np.ndarray, np.ndarray]:
+        entry = self._entries.get((key, state))
+        if entry is None:
+            path = self.folder / f"{key}-{state}.npz"
+            entry = self._load(path)
+            if entry is None:
+                entry = compute()
+                self._save(path, entry)
+            with self._lock:
+                self._entries[(key, state)] = entry
+                if len(self._entries) > self.MAX_ENTRIES:
+                    self._entries.popitem(last=False)
+        return entry
+
+    @staticmethod
+    def _load(path) -> tuple[np.ndarray, np.ndarray] | None:
+        try:
+            with np.load(path) as data:
+                words, ranges = data["words"], data["ranges"]
+        except (OSError, KeyError, ValueError, EOFError):
+            return None
+        if words.dtype != np.uint32 or ranges.dtype != np.int64 or ranges.ndim != 2 or ranges.shape[1:] != (3,):
+            return None
+        words.flags.writeable = False
+        ranges.flags.writeable = False
+        return words, ranges
+
+    @staticmethod
+    def _save(path, entry: tuple[np.ndarray, np.ndarray]) -> None:
+        try:  # write then rename, so a reader never sees half a file
+            with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npz", delete=False) as handle:
+                np.savez(handle, words=entry[0], ranges=entry[1])
+            os.replace(handle.name, path)
+        except OSError:
+            pass  # a read-only cache only costs the walk next time
+
+
 class PushdownMasks(MaskCache):
     """Masks of pushdown configurations, cached per configuration set.
 
@@ -181,6 +264,19 @@ class PushdownMasks(MaskCache):
         entry = self._local.get(state)
         if entry is not None:
             return entry
+        rule, local_state = self.machine.locate(state)
+        key = self.machine.lexical_keys[rule]
+        if key is not None:  # a lexical rule: its walks depend on its own DFA only, so every structure shares them
+            entry = LexicalMasks.of(self.vocab).get(key, local_state, lambda: self._local_walk(state))
+        else:
+            entry = self._local_walk(state)
+        with self._local_lock:
+            self._local[state] = entry
+            if len(self._local) > self._max_local:
+                self._local.popitem(last=False)
+        return entry
+
+    def _local_walk(self, state: int) -> tuple[np.ndarray, np.ndarray]:
         words = np.zeros(self.width, dtype=np.uint32)
         pops = self.machine.walk(((state,),), self.vocab.trie, words, record_pops=True)
         trie = self.vocab.trie
@@ -190,12 +286,9 @@ class PushdownMasks(MaskCache):
                 ranges[row] = (0, trie.num_nodes, 0)
             else:
                 ranges[row] = (node + 1, trie.node_next[node], self._depth_of[node])
-        entry = (words, ranges)
-        with self._local_lock:
-            self._local[state] = entry
-            if len(self._local) > self._max_local:
-                self._local.popitem(last=False)
-        return entry
+        words.flags.writeable = False
+        ranges.flags.writeable = False
+        return words, ranges
 
     def _walk(self, configs: Configs, words: np.ndarray) -> None:
         for stack in configs:

@@ -12,7 +12,8 @@ import pytest
 
 from constrain.errors import RegexError
 from constrain.grammar import Alt, Grammar, GrammarError, Literal, Ref, Regex, Repeat, Seq, build_pushdown
-from constrain.pushdown import Machine, compile_grammar
+from constrain import pushdown
+from constrain.pushdown import LexicalMasks, Machine, compile_grammar
 from constrain.vocab import Vocabulary
 
 
@@ -58,6 +59,31 @@ AMBIGUOUS_LARK = r"""
     a: "x" "y"*
     b: "x" "z"* s?
 """
+
+
+@pytest.fixture(autouse=True)
+def fresh_lexical_store(tmp_path, monkeypatch):
+    """Each test computes lexical walks itself, in its own cache folder, instead of reading earlier runs'."""
+    def cache_dir(*parts: str):
+        folder = tmp_path.joinpath(*parts)
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    monkeypatch.setattr(pushdown, "cache_dir", cache_dir)
+    monkeypatch.setattr(LexicalMasks, "_stores", {})
+
+
+def test_lexical_walks_are_shared_and_reloaded_from_disk(tmp_path):
+    vocab = synthetic_vocab('{}[],:"ab1-0truexé\\')
+    first = compile_grammar(JSONISH, vocab)
+    configs = first.machine.read(first.machine.start, b'{"a')
+    mask = first.masks.get(configs)
+    files = sorted(tmp_path.glob("masks/*/*/*.npz"))
+    assert files, "the string rule's walks were not written"
+    LexicalMasks._stores.clear()  # as in a new process: only the disk is left
+    second = compile_grammar(JSONISH, vocab)
+    assert np.array_equal(second.masks.get(configs), mask)
+    assert sorted(tmp_path.glob("masks/*/*/*.npz")) == files
 
 
 def accepts(machine: Machine, text: str) -> bool:
