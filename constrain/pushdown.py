@@ -13,6 +13,7 @@ walk backtracks, so a stack is never copied.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import hashlib
 import os
@@ -83,6 +84,11 @@ class Machine:
             tuple(_content_key(dfa) if not dfa.callees else None for dfa in pushdown.rules),
         )
 
+    @cached_property
+    def plain(self) -> np.ndarray:
+        """Per state: True when its closure is itself (it can neither call nor return)."""
+        return (self.call_ptr[1:] == self.call_ptr[:-1]) & ~self.accepting
+
     def locate(self, state: int) -> tuple[int, int]:
         """(rule index, state within that rule's DFA) of a global state."""
         rule = int(np.searchsorted(self.rule_start, state, side="right")) - 1
@@ -117,8 +123,15 @@ class Machine:
 
     def read(self, configs: Configs, data: bytes) -> Configs:
         """The configurations after reading ``data`` (empty when a byte is rejected)."""
-        trans = self.trans
+        trans, plain = self.trans, self.plain
         for byte in data:
+            if len(configs) == 1 and plain[configs[0][-1]]:  # the common case: nothing to call or return
+                stack = configs[0]
+                nxt_state = int(trans[stack[-1], byte])
+                if nxt_state < 0:
+                    return ()
+                configs = (stack[:-1] + (nxt_state,),)
+                continue
             nxt = {stack[:-1] + (int(trans[stack[-1], byte]),) for stack in self.closure(configs)}
             configs = tuple(sorted(s for s in nxt if s[-1] >= 0))
             if not configs:
