@@ -28,6 +28,8 @@ _EXPORTS = {
     "apply_token_bitmask": "constrain.kernels",
     "bitmask_to_bool": "constrain.kernels",
     "bool_to_bitmask": "constrain.kernels",
+    "generate": "constrain.integrations.transformers",
+    "compile_grammar": "constrain.pushdown",
     "SamplingParams": "constrain.sampling",
     "Sampler": "constrain.sampling",
     "beam_search": "constrain.beam",
@@ -44,6 +46,8 @@ __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
     from .beam import beam_search
+    from .integrations.transformers import generate
+    from .pushdown import compile_grammar
     from .compilers.regex import compile_regex
     from .errors import (
         ConstrainError,

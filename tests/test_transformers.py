@@ -8,8 +8,9 @@ import pytest
 import torch
 from transformers import LogitsProcessorList
 
+import constrain
 from constrain.compilers.regex import compile_regex
-from constrain.errors import ShapeError
+from constrain.errors import DeadEndError, ShapeError, VocabularyError
 from constrain.integrations.transformers import StructureLogitsProcessor
 from constrain.models import default_eos_ids, load_default_model
 from constrain.vocab import Vocabulary
@@ -63,3 +64,41 @@ def test_logits_narrower_than_the_vocabulary_are_refused(gemma):
     processor = StructureLogitsProcessor(compile_regex("a", vocab))
     with pytest.raises(ShapeError, match="do not match"):
         processor(torch.zeros((1, 3), dtype=torch.long), torch.zeros((1, 1000)))
+
+
+def test_generate_convenience_with_a_batch(gemma):
+    model, tokenizer, vocab = gemma
+    patterns = [r"(red|green|blue)", r"\d{2}:\d{2}"]
+    texts = constrain.generate(
+        model, tokenizer, ["A colour: ", "The time: "], [compile_regex(p, vocab) for p in patterns], max_new_tokens=12
+    )
+    assert [bool(re.fullmatch(p, t)) for p, t in zip(patterns, texts)] == [True, True], texts
+    single = constrain.generate(model, tokenizer, "A colour: ", compile_regex(patterns[0], vocab), max_new_tokens=8)
+    assert single == texts[0]
+
+
+def test_structure_for_another_vocabulary_is_refused(gemma):
+    model, tokenizer, _ = gemma
+    other = Vocabulary.from_token_bytes([b"a", b"b"], eos_ids=[2])
+    with pytest.raises(VocabularyError, match="another vocabulary"):
+        constrain.generate(model, tokenizer, "x", compile_regex("a+", other))
+
+
+def test_dead_end_raises_with_the_text_or_stops():
+    vocab = Vocabulary.from_token_bytes([b"a", b"b", b"xy"], eos_ids=[3])
+    structure = compile_regex("a(c|b)", vocab)  # after "a", "b" works; after "ab" the end; "c" is no token
+    dead = compile_regex("ac", vocab)
+    scores = torch.zeros((1, 4))
+    processor = StructureLogitsProcessor(dead)
+    processor(torch.tensor([[2]]), scores.clone())  # the prompt: one token
+    with pytest.raises(DeadEndError) as info:
+        processor(torch.tensor([[2, 0]]), scores.clone())
+    assert info.value.text == "a"
+    stopping = StructureLogitsProcessor(dead, on_dead_end="stop")
+    stopping(torch.tensor([[2]]), scores.clone())
+    out = stopping(torch.tensor([[2, 0]]), scores.clone())
+    assert torch.isinf(out[0, :3]).all() and out[0, 3] == 0
+    fine = StructureLogitsProcessor(structure)
+    fine(torch.tensor([[2]]), scores.clone())
+    out = fine(torch.tensor([[2, 0]]), scores.clone())
+    assert out[0].tolist() == [float("-inf"), 0.0, float("-inf"), float("-inf")]

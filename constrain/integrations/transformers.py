@@ -13,9 +13,10 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from ..errors import ShapeError
+from ..errors import DeadEndError, ShapeError, VocabularyError
 from ..kernels import allocate_token_bitmask, apply_token_bitmask
 from ..matcher import CompiledStructure, Matcher
+from ..vocab import Vocabulary
 
 
 class StructureLogitsProcessor:
@@ -26,7 +27,10 @@ class StructureLogitsProcessor:
     repeated accordingly when it has one entry per prompt.
     """
 
-    def __init__(self, structures: CompiledStructure | Sequence[CompiledStructure]):
+    def __init__(self, structures: CompiledStructure | Sequence[CompiledStructure], *, on_dead_end: str = "raise"):
+        if on_dead_end not in ("raise", "stop"):
+            raise ValueError(f"on_dead_end must be 'raise' or 'stop', not {on_dead_end!r}")
+        self.on_dead_end = on_dead_end
         self.structures = [structures] if isinstance(structures, CompiledStructure) else list(structures)
         if not self.structures:
             raise ValueError("at least one structure is needed")
@@ -37,6 +41,7 @@ class StructureLogitsProcessor:
         self._prompt_length: int | None = None
         self._matchers: list[Matcher] = []
         self._histories: list[list[int]] = []
+        self._stopped: set[int] = set()  # rows sent to end of sequence at a dead end
         self._bitmask: np.ndarray | None = None
 
     def reset(self) -> None:
@@ -54,6 +59,7 @@ class StructureLogitsProcessor:
         self._prompt_length = prompt_length
         self._matchers = [s.matcher() for s in per_row]
         self._histories = [[] for _ in range(batch)]
+        self._stopped = set()
 
     def _sync(self, row: int, generated: list[int]) -> None:
         matcher, history = self._matchers[row], self._histories[row]
@@ -65,7 +71,7 @@ class StructureLogitsProcessor:
             matcher.rollback(len(history) - common)
             del history[common:]
         for token in generated[common:]:
-            if matcher.is_finished():
+            if matcher.is_finished() or row in self._stopped:
                 break  # padding after the end of sequence
             matcher.advance(token)
             history.append(token)
@@ -84,6 +90,67 @@ class StructureLogitsProcessor:
             self._bitmask = allocate_token_bitmask(batch, scores.shape[-1])
         for row in range(batch):
             self._sync(row, ids[row])
-            self._matchers[row].fill_bitmask(self._bitmask, row)
+            matcher = self._matchers[row]
+            matcher.fill_bitmask(self._bitmask, row)
+            if not self._bitmask[row].any():
+                self._dead_end(row)
         apply_token_bitmask(scores, self._bitmask)
         return scores
+
+    def _dead_end(self, row: int) -> None:
+        """No token can continue row ``row``: raise with its text, or let it stop with an end-of-sequence token."""
+        text = self.vocab.decode(self._histories[row]).decode("utf-8", errors="replace")
+        if self.on_dead_end == "raise":
+            raise DeadEndError(f"row {row}: no token of the vocabulary can continue the structure", text)
+        self._stopped.add(row)
+        self._bitmask[row] = 0
+        for eos in self.vocab.eos_ids:
+            self._bitmask[row, eos >> 5] |= np.array(1 << (int(eos) & 31), dtype=np.uint32).view(np.int32)
+
+
+def generate(
+    model,
+    tokenizer,
+    prompt: str | Sequence[str],
+    structure: CompiledStructure | Sequence[CompiledStructure],
+    *,
+    max_new_tokens: int = 256,
+    eos_token_id: int | Sequence[int] | None = None,
+    on_dead_end: str = "raise",
+    **generate_kwargs,
+) -> str | list[str]:
+    """Generate text that follows ``structure`` (one for all prompts, or one per prompt) with ``model.generate``.
+
+    ``generate_kwargs`` go to ``model.generate`` (``do_sample``, ``temperature``, ``top_p``, ``num_beams``...);
+    the default is greedy. Returns the generated text (a list for a list of prompts), end tokens left out.
+    """
+    from transformers import LogitsProcessorList
+
+    prompts = [prompt] if isinstance(prompt, str) else list(prompt)
+    structures = [structure] if isinstance(structure, CompiledStructure) else list(structure)
+    vocab = Vocabulary.from_tokenizer(tokenizer)
+    if any(s.vocab.fingerprint != vocab.fingerprint for s in structures):
+        raise VocabularyError("the structure was compiled for another vocabulary than this tokenizer's")
+    if eos_token_id is None:
+        eos_token_id = [int(t) for t in vocab.eos_ids]
+    padding_side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    try:
+        inputs = tokenizer(prompts, return_tensors="pt", padding=True).to(model.device)
+    finally:
+        tokenizer.padding_side = padding_side
+    generate_kwargs.setdefault("do_sample", False)
+    output = model.generate(
+        **inputs,
+        max_new_tokens=max_new_tokens,
+        logits_processor=LogitsProcessorList([StructureLogitsProcessor(structures, on_dead_end=on_dead_end)]),
+        eos_token_id=eos_token_id,
+        pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_token_id[0],
+        **generate_kwargs,
+    )
+    stop = set(eos_token_id) | {tokenizer.pad_token_id}
+    texts = [
+        vocab.decode([t for t in row if t not in stop]).decode("utf-8", errors="replace")
+        for row in output[:, inputs["input_ids"].shape[1] :].tolist()
+    ]
+    return texts[0] if isinstance(prompt, str) else texts
