@@ -144,13 +144,23 @@ class Machine:
 
     # -- masks ---------------------------------------------------------------------------------------------------
 
-    def walk(self, configs: Configs, trie, words: np.ndarray, ranges: np.ndarray | None = None, record_pops: bool = False) -> np.ndarray:
+    def walk(
+        self,
+        configs: Configs,
+        trie,
+        words: np.ndarray,
+        ranges: np.ndarray | None = None,
+        *,
+        record_pops: bool = False,
+        closed: bool = False,
+    ) -> np.ndarray:
         """Set in ``words`` (uint32) the bit of every token readable from ``configs`` (end of sequence aside).
 
         ``ranges`` (rows of first node, end node, depth already read) limits the walk to those trie subtrees,
-        as if their first ``depth`` bytes had been read; by default, the whole trie. With ``record_pops``,
-        returns the trie nodes (-1 for the root) after which a configuration's bottom frame could return to a
-        caller below it, i.e. where a caller's context decides the rest; otherwise an empty array.
+        as if their first ``depth`` bytes had been read; by default, the whole trie. ``closed`` says the
+        configurations are already expanded (no call or return before the first byte). With ``record_pops``,
+        returns the trie nodes after which a configuration's bottom frame could return to a caller below it,
+        i.e. where a caller's context decides the rest; otherwise an empty array.
         """
         depth_cap = trie.max_depth + 1
         pool_cap = depth_cap * MAX_CONFIGS * 4 + sum(len(s) for s in configs)
@@ -174,7 +184,8 @@ class Machine:
             self.trans, self.accepting, self.call_ptr, self.call_start, self.call_return,
             np.asarray(top_state, dtype=np.int32), np.asarray(top_parent, dtype=np.int32), used, pool_state,
             pool_parent, MAX_CONFIGS,
-            trie.node_key, trie.node_next, trie.node_token_ptr, trie.token_ids, depth_cap, ranges, words, pops,
+            trie.node_key, trie.node_next, trie.node_token_ptr, trie.token_ids, depth_cap, ranges, not closed,
+            words, pops,
         )  # fmt: skip
         if count < 0:
             raise AmbiguityError(f"more than {MAX_CONFIGS} parses are open at once inside one token")
@@ -198,7 +209,7 @@ class LexicalMasks:
     """
 
     #: Bumped whenever what a walk records changes, so stale files on disk are never read.
-    FORMAT = 1
+    FORMAT = 2
     _stores: dict[str, LexicalMasks] = {}
     _stores_lock = threading.Lock()
     MAX_ENTRIES = 4096
@@ -272,8 +283,9 @@ class PushdownMasks(MaskCache):
         self._local_lock = threading.Lock()
 
     def local(self, state: int) -> tuple[np.ndarray, np.ndarray]:
-        """(words, pop ranges) of a top frame in ``state``: the tokens it reads without returning, and the trie
-        subtrees (first node, end node, depth) whose tokens return to the caller partway."""
+        """(words, pop ranges) of a top frame in ``state`` that starts with a byte of its own rule: the tokens it
+        reads without returning, and the trie subtrees (first node, end node, depth) whose tokens return to the
+        caller partway."""
         entry = self._local.get(state)
         if entry is not None:
             return entry
@@ -291,20 +303,17 @@ class PushdownMasks(MaskCache):
 
     def _local_walk(self, state: int) -> tuple[np.ndarray, np.ndarray]:
         words = np.zeros(self.width, dtype=np.uint32)
-        pops = self.machine.walk(((state,),), self.vocab.trie, words, record_pops=True)
+        pops = self.machine.walk(((state,),), self.vocab.trie, words, record_pops=True, closed=True)
         trie = self.vocab.trie
-        ranges = np.empty((len(pops), 3), dtype=np.int64)
-        for row, node in enumerate(pops):
-            if node < 0:
-                ranges[row] = (0, trie.num_nodes, 0)
-            else:
-                ranges[row] = (node + 1, trie.node_next[node], self._depth_of[node])
+        ranges = np.stack([pops + 1, trie.node_next[pops], self._depth_of[pops]], axis=1).astype(np.int64)
         words.flags.writeable = False
         ranges.flags.writeable = False
         return words, ranges
 
     def _walk(self, configs: Configs, words: np.ndarray) -> None:
-        for stack in configs:
+        # Expanding first makes every pushed rule a top of its own, so a lexical rule entered right here (a
+        # string where a value starts) is served from its shared walk instead of being walked again.
+        for stack in self.machine.closure(configs):
             local_words, ranges = self.local(stack[-1])
             words |= local_words
             if len(stack) > 1 and len(ranges):
@@ -390,7 +399,8 @@ def _expand(
 @njit(cache=True, nogil=True)
 def _walk_pushdown(
     trans, accepting, call_ptr, call_start, call_return, top_state, top_parent, pool_used, pool_state,
-    pool_parent, level_cap, node_key, node_next, node_token_ptr, token_ids, depth_cap, ranges, out, pops,
+    pool_parent, level_cap, node_key, node_next, node_token_ptr, token_ids, depth_cap, ranges, expand_base, out,
+    pops,
 ):
     """Set in ``out`` the bit of every token whose bytes some configuration can read, over the trie subtrees in
     ``ranges``. Returns how many pop nodes were written to ``pops`` (when it has room), or -1 when the
@@ -422,6 +432,12 @@ def _walk_pushdown(
         level_n[base] = top_state.shape[0]
         closed_n[base] = -1
         pool_mark[base] = pool_used
+        if not expand_base:  # the caller already expanded them
+            for j in range(top_state.shape[0]):
+                closed_state[base, j] = top_state[j]
+                closed_parent[base, j] = top_parent[j]
+            closed_n[base] = top_state.shape[0]
+            closed_mark[base] = pool_used
         node_at[base] = -1
         i = ranges[r, 0]
         end = ranges[r, 1]
