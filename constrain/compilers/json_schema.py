@@ -1,0 +1,3817 @@
+r"""JSON Schema (draft 2020-12, plus the draft-07 / draft-04 spellings) to the grammar IR.
+
+:func:`schema_to_grammar` lowers a schema to a :class:`~constrain.grammar.Grammar` (and lists what lenient mode
+relaxed); :func:`compile_json_schema` compiles it for a vocabulary. The language is JSON text whose value the schema
+accepts, in a canonical form (below). Each (sub)schema, keyed by its JSON pointer (a set of pointers once ``allOf``
+/ ``$ref`` / branches are merged), becomes one rule, so ``$ref`` cycles are rule calls; the lexical pieces (a JSON
+string, number, integer, whitespace, ``true``/``false``/``null``, any value) are shared rules.
+
+How the output is written
+-------------------------
+- ``whitespace="compact"`` (default): no whitespace, as ``json.dumps(x, separators=(",", ":"))``. ``"flexible"``:
+  0 to ``max_whitespace`` characters of ``[ \t\n\r]`` around ``{ } [ ] , :`` inside containers (never before or
+  after the top-level value). ``"indent"``: the layout of ``json.dumps(x, indent=2)``; nesting deeper than
+  :data:`MAX_INDENT_DEPTH` continues compactly.
+- Strings are canonical, as ``json.dumps(s, ensure_ascii=False)`` writes them: ``\"``, ``\\``, ``\b \f \n \r
+  \t``, other control characters as ``\u00xx`` (lower-case hex), every other character as itself. Every decoded
+  string has exactly one encoding, so constraints on the *decoded* string (``pattern``, ``format``, lengths in
+  code points, enums, excluded values, property names) are translated exactly: the decoded language is an
+  automaton over code points, each special character on its edges becomes its escape sequence, and the result is
+  written back as regexes (by state elimination; large pieces become rules calling each other). Patterns and
+  formats therefore see escaped characters like any other; nothing is refused for needing an escape. When a
+  pattern's own text already means exactly that language (no escapes involved), the text is used as it is.
+- Numbers: ``integer`` as ``0`` or ``-?[1-9][0-9]*``; an unconstrained ``number`` as any JSON number; a ``number``
+  with bounds, ``multipleOf`` or exclusions in plain decimal notation (no exponent, no ``-0``), where every
+  constraint is exact. (``1.0`` is a valid integer that is simply never produced.)
+- Objects: the names of ``properties`` (then names only in ``required``) in that order, each present or absent,
+  then additional properties (keys that are none of those names, when allowed) in any order.
+
+Keywords
+--------
+Exact: ``type`` (lists too); ``enum``/``const`` (any JSON values, compared as JSON; the candidates are validated
+against the whole conjunction with ``jsonschema``, so they combine exactly with anything); ``properties``,
+``required``, ``additionalProperties`` (true / false / schema), ``patternProperties`` (up to
+:data:`MAX_PATTERN_PROPERTIES` distinct patterns per object: the key space is split into the regions they
+define), ``propertyNames`` (string constraints or enums), ``minProperties``/``maxProperties``,
+``dependentRequired``, ``dependentSchemas`` and draft-07 ``dependencies`` (each trigger present or absent);
+``allOf`` and ``$ref`` (merged: kinds intersected, bounds tightened, properties and requirements combined, per
+schema object for ``additionalProperties``); ``anyOf``; ``oneOf`` when its branches are provably disjoint
+(kinds, const/enum values, a required discriminator with disjoint values, a required name another closed branch
+forbids), when split by kind of value each kind has at most one branch that always holds, or when every branch
+can be made exclusive by negating the others; ``not`` of anything built from ``type``, ``enum``/``const`` of
+scalars, single-keyword constraints (bounds, lengths, ``pattern``, ``format``, ``required``, item and property
+counts), ``properties``/``items``/``prefixItems``/``contains`` (rewritten positively), ``allOf``/``anyOf``/
+``not``/``if``; ``if``/``then``/``else`` when ``if`` can be negated so; ``$ref`` with JSON pointers (``~0 ~1``,
+percent-encoding), ``$anchor``, ``$id``-based URIs inside the document, ``$defs``/``definitions``, recursion;
+``$dynamicRef``/``$recursiveRef`` that resolve statically; ``items``, ``prefixItems``, draft-07 ``items`` lists
+with ``additionalItems``, ``minItems``/``maxItems``; ``contains`` with ``minContains``/``maxContains`` (arrays
+without a prefix: counted by a small automaton over "matching / other" items); ``minLength``/``maxLength``
+(code points; long bounds as blocks of fixed-length rules); ``pattern`` (ECMAScript search semantics: anchored
+only by ``^``/``$``; the regex subset of :mod:`constrain.compilers.regex`: ``\d \w \s`` ASCII, ``.`` any
+character but ``\n``); ``minimum``/``maximum``/``exclusiveMinimum``/``exclusiveMaximum`` (digit by digit on
+both sides of the point; draft-04 boolean exclusives too); ``multipleOf`` (integer or decimal: a remainder
+automaton for moduli ``M / 10**k`` with ``M`` up to :data:`MAX_MODULUS`, combined with the range, written as one
+regex when small, else as one rule per remainder state, a call per digit; finite ranges are listed); ``unevaluatedProperties``/``unevaluatedItems`` (what in-place subschemas of the same conjunction
+evaluate; ``anyOf`` then branches on every non-empty set of holding branches, so the annotations are exact).
+
+Formats (strings only): ``date``, ``duration``, ``ipv4`` (no leading zeros), ``ipv6`` (RFC 4291, no zone id),
+``uuid``, ``json-pointer``, ``relative-json-pointer``: exact. ``time``/``date-time`` (RFC 3339 without leap
+seconds), ``email`` (RFC 5321 Mailbox: dot-atom or quoted local part; LDH domain or address literal),
+``hostname`` (RFC 1123 LDH labels of at most 48 characters, at most 5 labels, no ``--`` in positions 3-4 so no
+IDNA A-labels), ``uri``/``uri-reference`` (RFC 3986, no IPvFuture), ``uri-template`` (RFC 6570): subsets. A
+format regex never accepts an invalid value. ``idn-email``, ``idn-hostname``, ``iri``, ``iri-reference``,
+``regex`` are refused (lenient: ignored); unknown formats are annotations and ignored.
+
+Refused in strict mode, relaxed in lenient mode (each relaxation listed): ``uniqueItems: true`` when more than
+one item is possible (dropped); ``oneOf`` not shown exact (treated as ``anyOf``); ``not``/``if`` that cannot be
+negated (ignored); ``contains`` beside prefix items, several ``contains``, ``maxContains`` whose schema cannot be
+negated, ``unevaluatedItems`` beside ``contains`` (ignored); unsupported regex constructs and formats (ignored);
+``multipleOf`` with a large modulus, a pattern/format together with a length bound whose exact combination
+needs too large an automaton, counts of many optional properties, too many ``patternProperties`` (the keyword
+ignored or, for keys, additional properties not produced); ``minProperties`` that repeated additional keys could
+fake (kept); ``$dynamicRef``/``$recursiveRef`` with a dynamic scope (resolved statically); keywords of another
+draft that this draft's validator ignores, e.g. ``dependencies`` in a schema declaring 2020-12 (ignored, as a
+validator would). Without ``$schema``, a schema is read as 2020-12 plus the draft-07 spellings (``dependencies``,
+``items`` lists with ``additionalItems``), or as draft-07 when only the draft-07 metaschema accepts it. Unknown
+keywords and annotations (``title``, ``description``, ``default``, ``examples``, ``$comment``, ``deprecated``,
+``readOnly``, ``writeOnly``, ``content*``, ``$schema``, ``$id``...) are ignored in both modes.
+
+Errors (:class:`JsonSchemaError`, with the JSON pointer and keyword at fault): a schema that is not valid JSON
+Schema (its metaschema; patterns are judged by the regex compiler, not by Python's ``re``), an unresolvable or
+remote ``$ref``, an unsatisfiable schema (``minimum`` above ``maximum``, an empty enum, a contradictory
+``allOf``, ``minLength`` above ``maxLength``, a required property that cannot be present, a recursion that never
+ends). Unsatisfiable parts that are optional (an anyOf branch, an optional property) are simply left out.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from bisect import bisect_right
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from decimal import Decimal, localcontext
+from functools import lru_cache
+from itertools import product
+from typing import Any, NamedTuple
+from urllib.parse import quote, unquote
+
+import numpy as np
+
+from ..errors import RegexError, StructureError
+from ..grammar import Alt, Expr, Grammar, Literal, Ref, Regex, Repeat, Seq
+from ..automaton import complement_ranges
+from .regex import regex_to_dfa
+
+__all__ = ["JsonSchemaError", "schema_to_grammar", "compile_json_schema"]
+
+#: Indentation levels written exactly in ``whitespace="indent"``; deeper values continue compactly.
+MAX_INDENT_DEPTH = 12
+#: Largest ``multipleOf`` modulus (the integer ``M`` of ``multipleOf = M / 10**k``) compiled as an automaton.
+MAX_MODULUS = 1_000
+#: Most ``patternProperties`` patterns that apply to one object (the key space splits into 2**n regions).
+MAX_PATTERN_PROPERTIES = 4
+#: Largest regex text written for one derived string/number language (characters).
+MAX_REGEX_CHARS = 60_000
+#: Deepest group nesting of a derived regex (the regex parser recurses per group).
+MAX_REGEX_DEPTH = 60
+#: Most automaton states of one derived string/number language.
+MAX_AUTOMATON_STATES = 4_000
+#: Most states of a pattern/format automaton times a length bound that are combined exactly.
+MAX_LENGTH_PRODUCT = 1_500
+#: Most grammar rules one schema may produce.
+MAX_RULES = 20_000
+#: Largest finite enum of multiples listed value by value.
+MAX_ENUMERATED_MULTIPLES = 512
+#: ``maxLength`` above this is written as blocks of fixed-length rules rather than one counted regex.
+LENGTH_BLOCK_THRESHOLD = 256
+LENGTH_BLOCK = 64
+
+
+class JsonSchemaError(StructureError):
+    """A schema is invalid, unresolvable, unsatisfiable, or (in strict mode) cannot be honoured exactly.
+
+    ``pointer`` is the JSON pointer of the keyword at fault (``/properties/age/minimum``), ``keyword`` its name.
+    """
+
+    def __init__(self, message: str, pointer: str = "", keyword: str | None = None):
+        self.pointer = pointer
+        self.keyword = keyword
+        self.reason = message
+        where = f"keyword {keyword!r} at {pointer!r}" if keyword else f"schema at {pointer or '/'!r}"
+        super().__init__(f"{where}: {message}")
+
+
+class _Unsatisfiable(JsonSchemaError):
+    """No JSON value satisfies the (sub)schema."""
+
+
+class _TooLarge(Exception):
+    """A derived automaton or regex exceeds its budget."""
+
+
+# ==============================================================================================================
+# Lexical pieces (regex text in the subset of constrain.compilers.regex)
+
+_PLAIN = r'[^"\\\x00-\x1f]'
+_ESCAPE = r'\\(?:["\\bfnrt]|u00(?:0[0-7bef]|1[0-9a-f]))'
+_CHAR = f"(?:{_PLAIN}|{_ESCAPE})"
+_STRING = f'"{_CHAR}*"'
+_NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
+_INTEGER = r"(?:0|-?[1-9][0-9]*)"
+_NONINT = r"-?(?:0|[1-9][0-9]*)\.[0-9]*[1-9][0-9]*"
+
+_SPECIAL_ESCAPES = {0x22: '\\"', 0x5C: "\\\\", 0x08: "\\b", 0x0C: "\\f", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}
+
+
+def _escape_of(cp: int) -> str:
+    return _SPECIAL_ESCAPES.get(cp) or f"\\u{cp:04x}"
+
+
+def _quoted(body_regex: str) -> str:
+    return f'"(?:{body_regex})"'
+
+
+_ALL_ESCAPES = ['"', "\\", "b", "f", "n", "r", "t"] + [f"u{cp:04x}" for cp in range(0x20) if cp not in _SPECIAL_ESCAPES]
+
+
+def _char_except(tokens: Sequence[str]) -> str:
+    """Regex for one canonically encoded character other than the given encoded characters."""
+    plain = "".join(_cp_text(ord(t)) for t in tokens if len(t) == 1)
+    escapes = {t[1:] for t in tokens if len(t) > 1}
+    if not escapes:
+        esc = _ESCAPE
+    else:
+        rest = [e for e in _ALL_ESCAPES if e not in escapes]
+        esc = "\\\\(?:" + "|".join(re.escape(e) for e in rest) + ")"
+    return f'(?:[^"\\\\\\x00-\\x1f{plain}]|{esc})'
+
+
+def _quote_expr(body: Expr) -> Expr:
+    if isinstance(body, Regex):
+        return Regex(_quoted(body.pattern))
+    return Seq((Literal('"'), body, Literal('"')))
+
+
+def _escapes_text(specials: Sequence[int]) -> str:
+    """Regex for the canonical escape sequences of the given special code points."""
+    short = "".join(_SPECIAL_ESCAPES[cp][1] for cp in specials if cp in _SPECIAL_ESCAPES)
+    long_ = [f"{cp:02x}" for cp in specials if cp not in _SPECIAL_ESCAPES]
+    options = []
+    if short:
+        options.append(short if len(short) == 1 else "[" + short.replace("\\", "\\\\") + "]")
+    if long_:
+        options.append("u00(?:" + "|".join(long_) + ")")
+    inner = options[0] if len(options) == 1 else "(?:" + "|".join(options) + ")"
+    return "\\\\" + inner
+
+
+def _encode_pattern_text(pattern: str) -> str | None:
+    """The pattern rewritten to match encoded JSON string bodies: every character class (``.``, ``[...]``,
+    ``\\d``...) becomes its non-special characters or the escapes of the special ones it contains, every literal
+    special character its escape sequence. A best effort (None when the pattern uses flags, lookaround or
+    references): the caller keeps the result only if its language is exactly the encoded one."""
+    out: list[str] = []
+    i, n = 0, len(pattern)
+
+    def char_set(token: str) -> str | None:
+        try:
+            d = _CDFA.from_regex(token)
+        except RegexError:
+            return None
+        ranges = _merge_ranges([(lo, hi) for lo, hi, _ in d.edges[0]])
+        plain = _merge_ranges([r for lo, hi in ranges for r in _subtract_specials(lo, hi)])
+        options = [_class_text(plain)] if plain else []
+        specials = [cp for lo, hi in ranges for cp in range(lo, min(hi, 0x5C) + 1) if _is_special(cp)]
+        if specials:
+            options.append(_escapes_text(specials))
+        if not options:
+            return None
+        return options[0] if len(options) == 1 else "(?:" + "|".join(options) + ")"
+
+    def literal(ch: str) -> str:
+        if _is_special(ord(ch)):
+            return re.escape(_escape_of(ord(ch)))
+        return _cp_text(ord(ch))
+
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            if i + 1 >= n:
+                return None
+            nxt = pattern[i + 1]
+            size = {"u": 6, "U": 10, "x": 4}.get(nxt, 2)
+            token = pattern[i : i + size]
+            if nxt in "dDwWsS":
+                piece = char_set(token)
+            elif nxt in "bBpPkN" or nxt.isdigit() and nxt != "0":
+                return None
+            elif nxt in "uUx":
+                try:
+                    piece = literal(chr(int(token[2:], 16)))
+                except ValueError:
+                    return None
+            else:
+                piece = literal({"n": "\n", "r": "\r", "t": "\t", "f": "\f", "v": "\v", "0": "\0"}.get(nxt, nxt))
+            if piece is None:
+                return None
+            out.append(piece)
+            i += size
+        elif c == "[":
+            j = i + 1
+            if j < n and pattern[j] == "^":
+                j += 1
+            if j < n and pattern[j] == "]":
+                j += 1
+            while j < n and pattern[j] != "]":
+                j += 2 if pattern[j] == "\\" else 1
+            if j >= n:
+                return None
+            piece = char_set(pattern[i : j + 1])
+            if piece is None:
+                return None
+            out.append(piece)
+            i = j + 1
+        elif c == ".":
+            piece = char_set(".")
+            if piece is None:
+                return None
+            out.append(piece)
+            i += 1
+        elif c == "(":
+            if pattern.startswith("(?", i):
+                if pattern.startswith("(?:", i):
+                    out.append("(?:")
+                    i += 3
+                elif pattern.startswith("(?P<", i) or (pattern.startswith("(?<", i) and pattern[i + 3 : i + 4] not in ("=", "!")):
+                    j = pattern.find(">", i)
+                    if j < 0:
+                        return None
+                    out.append("(")
+                    i = j + 1
+                else:
+                    return None  # flags, lookaround
+            else:
+                out.append("(")
+                i += 1
+        elif c == "{":
+            m = re.match(r"\{\d*(,\d*)?\}", pattern[i:])
+            if m and m.group(0) != "{}":
+                out.append(m.group(0))
+                i += len(m.group(0))
+            else:
+                out.append(literal(c))
+                i += 1
+        elif c in ")|*+?^$":
+            out.append(c)
+            i += 1
+        else:
+            out.append(literal(c))
+            i += 1
+    return "".join(out)
+
+
+def _is_special(cp: int) -> bool:
+    return cp < 0x20 or cp == 0x22 or cp == 0x5C
+
+
+def _dumps(value: Any, indent_depth: int | None = None) -> str:
+    value = _canonical_value(value)
+    if indent_depth is None:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    return text.replace("\n", "\n" + "  " * indent_depth)
+
+
+def _canonical_value(value: Any) -> Any:
+    """Integral floats as ints (``1.0`` is the integer 1 in JSON Schema); containers recursively."""
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return value
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError("NaN and infinities are not JSON")
+        return int(value) if value.is_integer() else value
+    if isinstance(value, Mapping):
+        return {k: _canonical_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_canonical_value(v) for v in value]
+    return value
+
+
+def _json_key(value: Any) -> str:
+    """A key equal for JSON-equal values (numbers by value, object keys unordered, true != 1)."""
+
+    def norm(v):
+        if isinstance(v, bool) or v is None or isinstance(v, str):
+            return v
+        if isinstance(v, (int, float)):
+            return ["#num", str(_to_decimal(v).normalize())]
+        if isinstance(v, Mapping):
+            return {k: norm(x) for k, x in v.items()}
+        return [norm(x) for x in v]
+
+    return json.dumps(norm(value), sort_keys=True, ensure_ascii=False)
+
+
+def _to_decimal(v: Any) -> Decimal:
+    if isinstance(v, bool):
+        raise TypeError("a boolean is not a number")
+    if isinstance(v, int):
+        return Decimal(v)
+    if isinstance(v, float):
+        return Decimal(repr(v))
+    if isinstance(v, Decimal):
+        return v
+    raise TypeError(f"{v!r} is not a number")
+
+
+def _kind_of(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "int" if value.is_integer() else "frac"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, Mapping):
+        return "object"
+    return "array"
+
+
+_ALL_KINDS = frozenset({"null", "boolean", "int", "frac", "string", "array", "object"})
+_TYPE_KINDS = {
+    "null": {"null"},
+    "boolean": {"boolean"},
+    "integer": {"int"},
+    "number": {"int", "frac"},
+    "string": {"string"},
+    "array": {"array"},
+    "object": {"object"},
+}
+
+
+def _kinds_of_type(value: Any) -> set[str]:
+    names = [value] if isinstance(value, str) else list(value)
+    out: set[str] = set()
+    for name in names:
+        out |= _TYPE_KINDS.get(name, set())
+    return out
+
+
+# ==============================================================================================================
+# Regex ASTs (built by state elimination) and their rendering
+
+# Nodes are tuples (kind, size, ...): ("e", 0) empty string; ("c", n, ranges) a class of code points (or of
+# symbols); (".", n, items) concatenation; ("|", n, items) alternation; ("?", n, x); ("*", n, x);
+# ("{", n, x, lo, hi) counted repetition (hi None: unbounded).
+_EPS = ("e", 0)
+
+
+def _r_set(ranges: tuple[tuple[int, int], ...]) -> tuple:
+    return ("c", 4 + 12 * len(ranges), ranges)
+
+
+def _r_rep_parts(x: tuple) -> tuple[tuple, int, int | None]:
+    if x[0] == "{":
+        return x[2], x[3], x[4]
+    if x[0] == "*":
+        return x[2], 0, None
+    if x[0] == "?":
+        return x[2], 0, 1
+    return x, 1, 1
+
+
+def _r_rep(x: tuple, lo: int, hi: int | None) -> tuple:
+    if hi == 0:
+        return _EPS
+    if lo == 1 and hi == 1:
+        return x
+    if lo == 0 and hi is None:
+        return ("*", x[1] + 3, x)
+    if lo == 0 and hi == 1:
+        return ("?", x[1] + 3, x)
+    return ("{", x[1] + 10, x, lo, hi)
+
+
+def _r_cat(*items: tuple) -> tuple:
+    out: list[tuple] = []
+    for item in items:
+        parts = item[2] if item[0] == "." else (item,) if item[0] != "e" else ()
+        for part in parts:
+            if out:
+                a, alo, ahi = _r_rep_parts(out[-1])
+                b, blo, bhi = _r_rep_parts(part)
+                if a == b:
+                    out[-1] = _r_rep(a, alo + blo, None if ahi is None or bhi is None else ahi + bhi)
+                    continue
+            out.append(part)
+    if not out:
+        return _EPS
+    if len(out) == 1:
+        return out[0]
+    return (".", sum(p[1] for p in out), tuple(out))
+
+
+def _r_opt(x: tuple) -> tuple:
+    if x[0] in ("e", "?", "*"):
+        return x
+    if x[0] == "{" and x[3] <= 1:
+        return _r_rep(x[2], 0, x[4])
+    if x[0] == "|":
+        return ("?", x[1] + 3, x)
+    if x[0] == ".":
+        # x (x{0,k}) -> x{0,k+1}
+        items = x[2]
+        if len(items) == 2:
+            a, (b, blo, bhi) = items[0], _r_rep_parts(items[1])
+            if a == b and blo == 0:
+                return _r_rep(a, 0, None if bhi is None else bhi + 1)
+    return ("?", x[1] + 3, x)
+
+
+def _r_alt(a: tuple | None, b: tuple | None) -> tuple | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    if a == b:
+        return a
+    if a[0] == "e":
+        return _r_opt(b)
+    if b[0] == "e":
+        return _r_opt(a)
+    optional = False
+    items: list[tuple] = []
+    for x in (a, b):
+        if x[0] == "?":
+            optional = True
+            x = x[2]
+        items.extend(x[2] if x[0] == "|" else (x,))
+    sets = [x for x in items if x[0] == "c"]
+    rest: list[tuple] = []
+    for x in items:
+        if x[0] != "c" and x not in rest:
+            rest.append(x)
+    if len(sets) > 1:
+        merged = _merge_ranges([r for s in sets for r in s[2]])
+        rest.insert(0, _r_set(merged))
+    elif sets:
+        rest.insert(0, sets[0])
+    node = rest[0] if len(rest) == 1 else ("|", sum(x[1] + 1 for x in rest), tuple(rest))
+    return _r_opt(node) if optional else node
+
+
+def _r_star(x: tuple) -> tuple:
+    if x[0] == "e":
+        return _EPS
+    if x[0] in ("*", "?"):
+        return _r_star(x[2])
+    if x[0] == "{" and x[3] <= 1:
+        return _r_star(x[2])
+    return ("*", x[1] + 3, x)
+
+
+def _merge_ranges(ranges: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    out: list[list[int]] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return tuple((lo, hi) for lo, hi in out)
+
+
+def _cp_text(cp: int) -> str:
+    if cp < 0x80 and (chr(cp).isalnum() or cp == 0x5F):
+        return chr(cp)
+    if cp < 0x100:
+        return f"\\x{cp:02x}"
+    if cp < 0x10000:
+        return f"\\u{cp:04x}"
+    return f"\\U{cp:08x}"
+
+
+_FULL = ((0, 0xD7FF), (0xE000, 0x10FFFF))
+
+
+def _class_text(ranges: tuple[tuple[int, int], ...]) -> str:
+    # Bridge the surrogate gap (no text can contain a surrogate, so this changes nothing).
+    ranges = _merge_ranges([(lo, 0xDFFF) if hi == 0xD7FF else (0xD800, hi) if lo == 0xE000 else (lo, hi) for lo, hi in ranges])
+    if ranges == ((0, 0x10FFFF),):
+        return "(?s:.)"
+    if len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
+        return _cp_text(ranges[0][0])
+    # The regex parser materialises classes as sets of characters: write a large class as the negation of
+    # its (small) complement.
+    size = sum(hi - lo + 1 for lo, hi in ranges)
+    negate = size > 0x8000 and size > 0x110000 - size
+    if negate:
+        ranges = tuple(complement_ranges(list(ranges)))
+    body = "".join(_cp_text(lo) if lo == hi else f"{_cp_text(lo)}-{_cp_text(hi)}" for lo, hi in ranges)
+    return f"[^{body}]" if negate else f"[{body}]"
+
+
+def _ast_depth(node: tuple) -> int:
+    """Nesting depth of a regex AST (iteratively: the tree may be deep)."""
+    best = 0
+    stack = [(node, 1)]
+    while stack:
+        x, d = stack.pop()
+        best = max(best, d)
+        kind = x[0]
+        if kind in (".", "|"):
+            stack.extend((y, d + 1) for y in x[2])
+        elif kind in ("?", "*", "{"):
+            stack.append((x[2], d + 1))
+    return best
+
+
+def _render(node: tuple) -> str:
+    kind = node[0]
+    if kind == "e":
+        return ""
+    if kind == "c":
+        return _class_text(node[2])
+    if kind == ".":
+        return "".join(_render_group(x) if x[0] == "|" else _render(x) for x in node[2])
+    if kind == "|":
+        return "|".join(_render(x) for x in node[2])
+    if kind == "?":
+        return _render_atom(node[2]) + "?"
+    if kind == "*":
+        return _render_atom(node[2]) + "*"
+    if kind == "{":
+        lo, hi = node[3], node[4]
+        count = f"{{{lo}}}" if lo == hi else f"{{{lo},}}" if hi is None else f"{{{lo},{hi}}}"
+        return _render_atom(node[2]) + count
+    raise AssertionError(kind)
+
+
+def _render_group(node: tuple) -> str:
+    return f"(?:{_render(node)})"
+
+
+def _render_atom(node: tuple) -> str:
+    if node[0] == "c":
+        return _class_text(node[2])
+    return _render_group(node)
+
+
+def _ast_to_expr(node: tuple, symbol: Sequence[Expr]) -> Expr:
+    """A regex AST over symbols 0..n-1 as a grammar expression, ``symbol[i]`` standing for symbol i."""
+    kind = node[0]
+    if kind == "e":
+        return Seq(())
+    if kind == "c":
+        options = [symbol[s] for lo, hi in node[2] for s in range(lo, hi + 1)]
+        return options[0] if len(options) == 1 else Alt(tuple(options))
+    if kind == ".":
+        return Seq(tuple(_ast_to_expr(x, symbol) for x in node[2]))
+    if kind == "|":
+        return Alt(tuple(_ast_to_expr(x, symbol) for x in node[2]))
+    if kind == "?":
+        return Repeat(_ast_to_expr(node[2], symbol), 0, 1)
+    if kind == "*":
+        return Repeat(_ast_to_expr(node[2], symbol), 0, None)
+    return Repeat(_ast_to_expr(node[2], symbol), node[3], node[4])
+
+
+# ==============================================================================================================
+# Automata over code points
+
+
+class _CDFA:
+    """A DFA over Unicode code points (or small symbol alphabets): ``edges[s]`` are sorted disjoint
+    ``(lo, hi, target)``; state 0 is the start. Used to combine string and number constraints exactly
+    (intersection, difference, escaping) before writing the result back as a regex."""
+
+    __slots__ = ("edges", "accept")
+
+    def __init__(self, edges: list[list[tuple[int, int, int]]], accept: list[bool]):
+        self.edges = edges
+        self.accept = accept
+
+    @property
+    def n(self) -> int:
+        return len(self.accept)
+
+    @staticmethod
+    def empty() -> _CDFA:
+        return _CDFA([[]], [False])
+
+    @staticmethod
+    def universal(ranges=_FULL) -> _CDFA:
+        return _CDFA([[(lo, hi, 0) for lo, hi in ranges]], [True])
+
+    @staticmethod
+    def literals(strings) -> _CDFA:
+        edges: list[dict[int, int]] = [{}]
+        accept = [False]
+        for text in strings:
+            s = 0
+            for ch in text:
+                cp = ord(ch)
+                nxt = edges[s].get(cp)
+                if nxt is None:
+                    nxt = len(accept)
+                    edges[s][cp] = nxt
+                    edges.append({})
+                    accept.append(False)
+                s = nxt
+            accept[s] = True
+        return _CDFA([[(cp, cp, t) for cp, t in sorted(e.items())] for e in edges], accept)
+
+    @staticmethod
+    def length(lo: int, hi: int | None, ranges=_FULL) -> _CDFA:
+        count = (hi if hi is not None else lo) + 1
+        if count > MAX_AUTOMATON_STATES:
+            raise _TooLarge("length bound")
+        edges = []
+        for i in range(count):
+            nxt = i + 1 if i + 1 < count else (i if hi is None else None)
+            edges.append([] if nxt is None else [(a, b, nxt) for a, b in ranges])
+        return _CDFA(edges, [i >= lo for i in range(count)])
+
+    @staticmethod
+    def from_regex(pattern: str) -> _CDFA:
+        try:
+            dfa = regex_to_dfa(pattern)
+        except RegexError as exc:
+            if "matches no string" in str(exc):
+                return _CDFA.empty()
+            raise
+        return _cdfa_from_bytes(dfa.trans, dfa.accepting)
+
+    def is_empty(self) -> bool:
+        seen, stack = {0}, [0]
+        while stack:
+            s = stack.pop()
+            if self.accept[s]:
+                return False
+            for _, _, t in self.edges[s]:
+                if t not in seen:
+                    seen.add(t)
+                    stack.append(t)
+        return True
+
+    def accepts(self, text: str) -> bool:
+        s = 0
+        for ch in text:
+            cp = ord(ch)
+            for lo, hi, t in self.edges[s]:
+                if lo <= cp <= hi:
+                    s = t
+                    break
+            else:
+                return False
+        return self.accept[s]
+
+    def intersect(self, other: _CDFA) -> _CDFA:
+        return _product(self, other, False)
+
+    def minus(self, other: _CDFA) -> _CDFA:
+        return _product(self, other, True)
+
+    def length_range(self) -> tuple[int, int | None]:
+        """Shortest and longest accepted lengths (None: unbounded); the DFA must be trimmed."""
+        dist = {0: 0}
+        frontier = [0]
+        shortest = None
+        while frontier:
+            nxt = []
+            for s in frontier:
+                if self.accept[s] and shortest is None:
+                    shortest = dist[s]
+                for _, _, t in self.edges[s]:
+                    if t not in dist:
+                        dist[t] = dist[s] + 1
+                        nxt.append(t)
+            frontier = nxt
+        # longest: cycle -> unbounded; else longest path in a DAG
+        color = [0] * self.n
+        longest: dict[int, int] = {}
+
+        def visit(s: int) -> int | None:
+            stack = [(s, iter(self.edges[s]))]
+            color[s] = 1
+            while stack:
+                state, it = stack[-1]
+                advanced = False
+                for _, _, t in it:
+                    if color[t] == 1:
+                        return None
+                    if color[t] == 0:
+                        color[t] = 1
+                        stack.append((t, iter(self.edges[t])))
+                        advanced = True
+                        break
+                if not advanced:
+                    stack.pop()
+                    color[state] = 2
+                    best = 0 if self.accept[state] else -1
+                    for _, _, t in self.edges[state]:
+                        if longest[t] >= 0:
+                            best = max(best, longest[t] + 1)
+                    longest[state] = best
+            return longest[s]
+
+        top = visit(0)
+        return (shortest or 0), (None if top is None else top)
+
+    def minimized(self) -> _CDFA:
+        return _minimize(self)
+
+    def encode_json(self) -> _CDFA:
+        """The language of canonical JSON string bodies whose decoded text this DFA accepts."""
+        edges: list[list[tuple[int, int, int]]] = []
+        accept = list(self.accept)
+        extra: list[dict] = []
+        n = self.n
+        tries: dict[int, int] = {}
+        for s in range(n):
+            out = []
+            for lo, hi, t in self.edges[s]:
+                # plain parts
+                for a, b in _subtract_specials(lo, hi):
+                    out.append((a, b, t))
+                for cp in range(max(lo, 0), min(hi, 0x5C) + 1):
+                    if not _is_special(cp):
+                        continue
+                    esc = _escape_of(cp)
+                    node = tries.get(s)
+                    if node is None:
+                        node = tries[s] = n + len(extra)
+                        extra.append({})
+                        out.append((0x5C, 0x5C, node))
+                    for i, ch in enumerate(esc[1:]):
+                        table = extra[node - n]
+                        if i == len(esc) - 2:
+                            table[ord(ch)] = t
+                        else:
+                            nxt = table.get(ord(ch))
+                            if nxt is None:
+                                nxt = n + len(extra)
+                                extra.append({})
+                                table[ord(ch)] = nxt
+                            node = nxt
+            out.sort()
+            edges.append(out)
+        for table in extra:
+            edges.append([(cp, cp, t) for cp, t in sorted(table.items())])
+            accept.append(False)
+        return _CDFA(edges, accept)
+
+    def to_ast(self, budget: int = MAX_REGEX_CHARS) -> tuple | None:
+        return _eliminate(self, budget)
+
+    def to_regex(self, budget: int = MAX_REGEX_CHARS) -> str | None:
+        ast = self.to_ast(budget)
+        if ast is not None and _ast_depth(ast) > MAX_REGEX_DEPTH:
+            raise _TooLarge("nesting")
+        return None if ast is None else _render(ast)
+
+
+def _subtract_specials(lo: int, hi: int) -> list[tuple[int, int]]:
+    out = []
+    for a, b in ((0x20, 0x21), (0x23, 0x5B), (0x5D, 0x10FFFF)):
+        x, y = max(lo, a), min(hi, b)
+        if x <= y:
+            out.append((x, y))
+    return out
+
+
+def _runs(row: np.ndarray, first: int) -> list[tuple[int, int, int]]:
+    """Maximal runs of equal non-negative targets in ``row`` (indices offset by ``first``)."""
+    out = []
+    n = len(row)
+    i = 0
+    while i < n:
+        t = int(row[i])
+        j = i
+        while j + 1 < n and row[j + 1] == t:
+            j += 1
+        if t >= 0:
+            out.append((first + i, first + j, t))
+        i = j + 1
+    return out
+
+
+def _cdfa_from_bytes(trans: np.ndarray, accepting: np.ndarray) -> _CDFA:
+    """Collapse a byte DFA that reads valid UTF-8 into a DFA over code points."""
+    memo: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
+
+    def tails(state: int, k: int) -> list[tuple[int, int, int]]:
+        key = (state, k)
+        if key in memo:
+            return memo[key]
+        out: list[tuple[int, int, int]] = []
+        size = 64 ** (k - 1)
+        for a, b, t in _runs(trans[state, 0x80:0xC0], 0):
+            if k == 1:
+                out.append((a, b, t))
+                continue
+            sub = tails(t, k - 1)
+            if len(sub) == 1 and sub[0][0] == 0 and sub[0][1] == size - 1:
+                out.append((a * size, (b + 1) * size - 1, sub[0][2]))
+            else:
+                for c in range(a, b + 1):
+                    out.extend((c * size + x, c * size + y, u) for x, y, u in sub)
+        memo[key] = _merge_edges(out)
+        return memo[key]
+
+    index = {0: 0}
+    order = [0]
+    edges: list[list[tuple[int, int, int]]] = []
+    i = 0
+    while i < len(order):
+        s = order[i]
+        out = list(_runs(trans[s, 0:0x80], 0))
+        for lead in range(0xC2, 0xF5):
+            t1 = int(trans[s, lead])
+            if t1 < 0:
+                continue
+            k = 1 if lead < 0xE0 else 2 if lead < 0xF0 else 3
+            base = (lead & (0x1F, 0x0F, 0x07)[k - 1]) << (6 * k)
+            out.extend((base + a, base + b, t) for a, b, t in tails(t1, k))
+        merged = []
+        for lo, hi, t in _merge_edges(out):
+            j = index.get(t)
+            if j is None:
+                j = index[t] = len(order)
+                order.append(t)
+            merged.append((lo, hi, j))
+        edges.append(merged)
+        i += 1
+    return _CDFA(edges, [bool(accepting[s]) for s in order])
+
+
+def _merge_edges(edges: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    edges = sorted(edges)
+    out: list[tuple[int, int, int]] = []
+    for lo, hi, t in edges:
+        if out and out[-1][2] == t and out[-1][1] + 1 == lo:
+            out[-1] = (out[-1][0], hi, t)
+        else:
+            out.append((lo, hi, t))
+    return out
+
+
+def _product(a: _CDFA, b: _CDFA, minus: bool) -> _CDFA:
+    index = {(0, 0): 0}
+    order = [(0, 0)]
+    edges: list[list[tuple[int, int, int]]] = []
+    accept: list[bool] = []
+    i = 0
+    while i < len(order):
+        sa, sb = order[i]
+        if len(order) > MAX_AUTOMATON_STATES * 4:
+            raise _TooLarge("product automaton")
+        eb = b.edges[sb] if sb >= 0 else []
+        out = []
+        j = 0
+        for lo, hi, ta in a.edges[sa]:
+            pos = lo
+            while j < len(eb) and eb[j][1] < lo:
+                j += 1
+            k = j
+            while k < len(eb) and eb[k][0] <= hi:
+                blo, bhi, tb = eb[k]
+                if minus and blo > pos:
+                    out.append((pos, blo - 1, (ta, -1)))
+                x, y = max(lo, blo), min(hi, bhi)
+                if x <= y:
+                    out.append((x, y, (ta, tb)))
+                pos = max(pos, bhi + 1)
+                if bhi > hi:
+                    break
+                k += 1
+            if minus and pos <= hi:
+                out.append((pos, hi, (ta, -1)))
+        row = []
+        for lo, hi, pair in out:
+            t = index.get(pair)
+            if t is None:
+                t = index[pair] = len(order)
+                order.append(pair)
+            row.append((lo, hi, t))
+        edges.append(_merge_edges(row))
+        acc_b = sb >= 0 and b.accept[sb]
+        accept.append(a.accept[sa] and (not acc_b if minus else acc_b))
+        i += 1
+    return _CDFA(edges, accept)
+
+
+def _minimize(d: _CDFA) -> _CDFA:
+    n = d.n
+    # reachable from the start
+    seen = {0}
+    stack = [0]
+    while stack:
+        s = stack.pop()
+        for _, _, t in d.edges[s]:
+            if t not in seen:
+                seen.add(t)
+                stack.append(t)
+    # co-reachable
+    rev: dict[int, list[int]] = defaultdict(list)
+    for s in seen:
+        for _, _, t in d.edges[s]:
+            rev[t].append(s)
+    alive = {s for s in seen if d.accept[s]}
+    stack = list(alive)
+    while stack:
+        s = stack.pop()
+        for p in rev[s]:
+            if p not in alive:
+                alive.add(p)
+                stack.append(p)
+    if 0 not in alive:
+        return _CDFA.empty()
+    states = sorted(alive)
+    pos = {s: i for i, s in enumerate(states)}
+    bounds = sorted({lo for s in states for lo, _, t in d.edges[s] if t in alive} | {hi + 1 for s in states for _, hi, t in d.edges[s] if t in alive})
+    m = max(len(bounds) - 1, 0)
+    table = np.full((len(states), max(m, 1)), -1, dtype=np.int64)
+    for s in states:
+        for lo, hi, t in d.edges[s]:
+            if t in alive:
+                a = bisect_right(bounds, lo) - 1
+                b = bisect_right(bounds, hi + 1) - 1
+                table[pos[s], a:b] = pos[t]
+    block = np.array([1 if d.accept[s] else 0 for s in states], dtype=np.int64)
+    count = len(set(block.tolist()))
+    while True:
+        targets = np.where(table >= 0, block[np.maximum(table, 0)], -1)
+        sig = np.column_stack([block, targets])
+        _, new_block = np.unique(sig, axis=0, return_inverse=True)
+        new_block = new_block.reshape(-1)
+        new_count = int(new_block.max()) + 1
+        block = new_block
+        if new_count == count:
+            break
+        count = new_count
+    # renumber blocks in BFS order from the start
+    start_block = int(block[pos[0]])
+    number = {start_block: 0}
+    queue = [start_block]
+    rep: dict[int, int] = {}
+    for i, b in enumerate(block.tolist()):
+        rep.setdefault(b, i)
+    edges: list[list[tuple[int, int, int]]] = []
+    accept: list[bool] = []
+    qi = 0
+    while qi < len(queue):
+        b = queue[qi]
+        qi += 1
+        r = rep[b]
+        row = []
+        for c in range(m):
+            t = int(table[r, c])
+            if t < 0:
+                continue
+            tb = int(block[t])
+            if tb not in number:
+                number[tb] = len(queue)
+                queue.append(tb)
+            row.append((bounds[c], bounds[c + 1] - 1, number[tb]))
+        edges.append(_merge_edges(row))
+        accept.append(bool(d.accept[states[r]]))
+    return _CDFA(edges, accept)
+
+
+def _eliminate(d: _CDFA, budget: int) -> tuple | None:
+    """State elimination: a regex AST for the language of ``d`` (None when empty); raises _TooLarge past
+    ``budget`` characters."""
+    n = d.n
+    start, final = n, n + 1
+    label: dict[tuple[int, int], tuple] = {}
+    succ: dict[int, set[int]] = defaultdict(set)
+    pred: dict[int, set[int]] = defaultdict(set)
+
+    def add(p: int, q: int, node: tuple) -> None:
+        new = _r_alt(label.get((p, q)), node)
+        if new[1] > budget:
+            raise _TooLarge("regex")
+        label[(p, q)] = new
+        succ[p].add(q)
+        pred[q].add(p)
+
+    for s in range(n):
+        by_target: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        for lo, hi, t in d.edges[s]:
+            by_target[t].append((lo, hi))
+        for t, ranges in by_target.items():
+            add(s, t, _r_set(_merge_ranges(ranges)))
+        if d.accept[s]:
+            add(s, final, _EPS)
+    add(start, 0, _EPS)
+    remaining = set(range(n))
+    while remaining:
+        s = min(remaining, key=lambda x: (len(pred[x] - {x}) * len(succ[x] - {x}), -x))
+        remaining.discard(s)
+        loop = label.pop((s, s), None)
+        middle = _r_star(loop) if loop is not None else _EPS
+        ins = [p for p in pred[s] if p != s]
+        outs = [q for q in succ[s] if q != s]
+        for p in ins:
+            for q in outs:
+                add(p, q, _r_cat(label[(p, s)], middle, label[(s, q)]))
+        for p in ins:
+            label.pop((p, s), None)
+            succ[p].discard(s)
+        for q in outs:
+            label.pop((s, q), None)
+            pred[q].discard(s)
+        pred.pop(s, None)
+        succ.pop(s, None)
+    return label.get((start, final))
+
+
+# ==============================================================================================================
+# Numbers: canonical decimal literals in ranges, digit by digit
+
+
+def _digits_ge(s: str) -> str:
+    """Regex for digit strings of length len(s) that are >= s."""
+    if not s:
+        return ""
+    if set(s) == {"0"}:
+        return f"[0-9]{{{len(s)}}}"
+    head, rest = s[0], s[1:]
+    options = [re.escape(head) + _digits_ge(rest)]
+    if head != "9":
+        options.append(f"[{int(head) + 1}-9]" + (f"[0-9]{{{len(rest)}}}" if rest else ""))
+    return "(?:" + "|".join(options) + ")"
+
+
+def _digits_le(s: str) -> str:
+    if not s:
+        return ""
+    if set(s) == {"9"}:
+        return f"[0-9]{{{len(s)}}}"
+    head, rest = s[0], s[1:]
+    options = [head + _digits_le(rest)]
+    if head != "0":
+        options.append(f"[0-{int(head) - 1}]" + (f"[0-9]{{{len(rest)}}}" if rest else ""))
+    return "(?:" + "|".join(options) + ")"
+
+
+def _same_length(x: str, y: str) -> str:
+    """Regex for digit strings s with len(s) == len(x) == len(y) and x <= s <= y."""
+    i = 0
+    while i < len(x) and x[i] == y[i]:
+        i += 1
+    prefix = x[:i]
+    if i == len(x):
+        return prefix
+    a, b = x[i], y[i]
+    xr, yr = x[i + 1 :], y[i + 1 :]
+    m = len(xr)
+    tail = f"[0-9]{{{m}}}" if m else ""
+    if set(xr) <= {"0"} and set(yr) <= {"9"}:
+        return prefix + f"[{a}-{b}]" + tail
+    options = [a + _digits_ge(xr)]
+    if int(b) - int(a) > 1:
+        options.append(f"[{int(a) + 1}-{int(b) - 1}]" + tail)
+    options.append(b + _digits_le(yr))
+    return prefix + "(?:" + "|".join(options) + ")"
+
+
+def _nat_range(a: int, b: int | None) -> str | None:
+    """Regex for canonical natural numbers (no leading zeros) in [a, b] (b None: unbounded)."""
+    a = max(a, 0)
+    if b is not None and b < a:
+        return None
+    options = []
+    la = len(str(a))
+    lb = len(str(b)) if b is not None else la
+    for length in range(la, lb + 1):
+        lo = max(a, 10 ** (length - 1) if length > 1 else 0)
+        hi = min(b, 10**length - 1) if b is not None else 10**length - 1
+        if lo <= hi:
+            options.append(_same_length(str(lo), str(hi)))
+    if b is None:
+        options.append(f"[1-9][0-9]{{{la},}}")
+    return options[0] if len(options) == 1 else "(?:" + "|".join(options) + ")"
+
+
+def _int_range(lo: int | None, hi: int | None) -> str | None:
+    """Regex for canonical integers (no ``-0``) in [lo, hi] (None: unbounded)."""
+    options = []
+    if lo is None or lo < 0:
+        top = -1 if hi is None else min(hi, -1)  # the negative closest to zero that is allowed
+        mag = _nat_range(-top, None if lo is None else -lo)
+        if mag is not None:
+            options.append("-" + mag)
+    if hi is None or hi >= 0:
+        mag = _nat_range(0 if lo is None else max(lo, 0), hi)
+        if mag is not None:
+            options.append(mag)
+    if not options:
+        return None
+    return options[0] if len(options) == 1 else "(?:" + "|".join(options) + ")"
+
+
+@lru_cache(maxsize=4096)
+def _fraction_digits(lo: str | None, lo_strict: bool, hi: str | None, hi_strict: bool) -> tuple[bool, str | None]:
+    """Digit strings D (after the point) with lo <(=) 0.D <(=) hi, as (D may be empty, regex for nonempty D).
+
+    ``lo``/``hi`` are digit strings (the value 0.lo), None for no bound."""
+    if lo is not None:
+        lo = lo.rstrip("0")
+        if lo == "" and not lo_strict:
+            lo = None
+    if hi is not None:
+        hi = hi.rstrip("0")
+    if lo is None and hi is None:
+        return True, "[0-9]+"
+    if hi == "":
+        if hi_strict or lo is not None:
+            return False, None
+        return True, "0+"
+    if lo == "" and hi is None:
+        return False, "[0-9]*[1-9][0-9]*"
+    empty_ok = lo is None and (hi is None or hi != "" or not hi_strict)
+    groups: dict[tuple, list[int]] = {}
+    for d in range(10):
+        c = str(d)
+        if lo is None:
+            nlo = None
+        else:
+            l0 = lo[0] if lo else "0"
+            if c < l0:
+                continue
+            nlo = None if c > l0 else (lo[1:] if lo else "")
+        if hi is None:
+            nhi = None
+        else:
+            h0 = hi[0] if hi else "0"
+            if c > h0:
+                continue
+            nhi = None if c < h0 else hi[1:]
+        groups.setdefault((nlo, nhi), []).append(d)
+    options = []
+    for (nlo, nhi), digits in groups.items():
+        sub_empty, sub = _fraction_digits(nlo, lo_strict, nhi, hi_strict)
+        if sub is None and not sub_empty:
+            continue
+        rest = "" if sub is None else (f"(?:{sub})?" if sub_empty else f"(?:{sub})")
+        cls = str(digits[0]) if len(digits) == 1 else f"[{''.join(map(str, digits))}]"
+        options.append(cls + rest)
+    if not options:
+        return empty_ok, None
+    return empty_ok, "|".join(options)
+
+
+def _frac_part(lo: str | None, lo_strict: bool, hi: str | None, hi_strict: bool, nonint: bool) -> str | None:
+    """Regex for the optional fraction part ``(\\.D)?`` given bounds on 0.D; None when impossible."""
+    if nonint and (lo is None or lo.rstrip("0") == ""):
+        lo, lo_strict = "", True
+    empty_ok, rx = _fraction_digits(lo, lo_strict, hi, hi_strict)
+    if rx is None:
+        return "" if empty_ok else None
+    return f"(?:\\.(?:{rx}))?" if empty_ok else f"\\.(?:{rx})"
+
+
+def _split_decimal(v: Decimal) -> tuple[int, str]:
+    """Integer part and fraction digits of a non-negative decimal."""
+    text = format(v, "f")
+    if "." in text:
+        whole, frac = text.split(".")
+        return int(whole), frac.rstrip("0")
+    return int(text), ""
+
+
+def _magnitude_range(lo: Decimal, lo_strict: bool, hi: Decimal | None, hi_strict: bool, nonint: bool) -> str | None:
+    """Regex for plain decimal literals (no sign) with value in the interval; lo >= 0."""
+    il, fl = _split_decimal(lo)
+    options = []
+
+    def add(int_rx: str | None, frac_rx: str | None) -> None:
+        if int_rx is not None and frac_rx is not None:
+            options.append(int_rx + frac_rx)
+
+    if hi is None:
+        add(str(il), _frac_part(fl, lo_strict, None, False, nonint))
+        add(_nat_range(il + 1, None), _frac_part(None, False, None, False, nonint))
+    else:
+        ih, fh = _split_decimal(hi)
+        if il == ih:
+            add(str(il), _frac_part(fl, lo_strict, fh, hi_strict, nonint))
+        elif il < ih:
+            add(str(il), _frac_part(fl, lo_strict, None, False, nonint))
+            if ih - il > 1:
+                add(_nat_range(il + 1, ih - 1), _frac_part(None, False, None, False, nonint))
+            add(str(ih), _frac_part(None, False, fh, hi_strict, nonint))
+    if not options:
+        return None
+    return options[0] if len(options) == 1 else "(?:" + "|".join(options) + ")"
+
+
+def _decimal_range(
+    lo: Decimal | None, lo_strict: bool, hi: Decimal | None, hi_strict: bool, nonint: bool
+) -> str | None:
+    """Regex for plain decimal literals (no exponent, no -0) with value in the interval."""
+    options = []
+    if lo is None or lo < 0:
+        if hi is not None and hi < 0:
+            mlo, mlo_strict = -hi, hi_strict
+        else:
+            mlo, mlo_strict = Decimal(0), True
+        mhi, mhi_strict = (None, False) if lo is None else (-lo, lo_strict)
+        if mhi is None or mhi > mlo or (mhi == mlo and not mlo_strict and not mhi_strict):
+            mag = _magnitude_range(mlo, mlo_strict, mhi, mhi_strict, nonint)
+            if mag is not None:
+                options.append("-" + mag)
+    if hi is None or hi >= 0:
+        plo, plo_strict = (Decimal(0), False) if lo is None or lo < 0 else (lo, lo_strict)
+        if hi is None or hi > plo or (hi == plo and not plo_strict and not hi_strict):
+            mag = _magnitude_range(plo, plo_strict, hi, hi_strict, nonint)
+            if mag is not None:
+                options.append(mag)
+    if not options:
+        return None
+    return options[0] if len(options) == 1 else "(?:" + "|".join(options) + ")"
+
+
+def _modulus_cdfa(m: Decimal) -> _CDFA:
+    """Plain decimal literals (sign, digits, optional fraction) whose value is a multiple of ``m`` > 0: a
+    remainder automaton over the digits of value * 10**k, where m = M / 10**k."""
+    m = m.normalize()
+    sign, digits, exp = m.as_tuple()
+    k = max(0, -exp)
+    big = int(m.scaleb(k))
+    if big > MAX_MODULUS:
+        raise _TooLarge("modulus")
+    # states: 0 start; 1 after '-'; int(r) ; frac(r, j)
+    ids: dict[tuple, int] = {("s",): 0, ("neg",): 1}
+    edges: dict[int, list[tuple[int, int, int]]] = {0: [], 1: []}
+    accept: dict[int, bool] = {0: False, 1: False}
+    work = [("s",), ("neg",)]
+
+    def state(key: tuple) -> int:
+        if key not in ids:
+            ids[key] = len(ids)
+            edges[ids[key]] = []
+            kind = key[0]
+            if kind == "int":
+                accept[ids[key]] = (key[1] * 10**k) % big == 0
+            else:
+                accept[ids[key]] = (key[1] * 10 ** (k - key[2])) % big == 0
+            work.append(key)
+        return ids[key]
+
+    done = set()
+    while work:
+        key = work.pop()
+        if key in done:
+            continue
+        done.add(key)
+        s = ids[key]
+        out = []
+        if key[0] in ("s", "neg"):
+            if key[0] == "s":
+                out.append((ord("-"), ord("-"), state(("neg",))))
+            for d in range(10):
+                out.append((48 + d, 48 + d, state(("int", d % big))))
+        elif key[0] == "int":
+            r = key[1]
+            for d in range(10):
+                out.append((48 + d, 48 + d, state(("int", (r * 10 + d) % big))))
+            out.append((ord("."), ord("."), state(("frac", r, 0))))
+        else:
+            r, j = key[1], key[2]
+            for d in range(10):
+                if j < k:
+                    out.append((48 + d, 48 + d, state(("frac", (r * 10 + d) % big, j + 1))))
+                elif d == 0:
+                    out.append((48, 48, s))
+        edges[s] = _merge_edges(out)
+    n = len(ids)
+    return _CDFA([edges[i] for i in range(n)], [accept[i] for i in range(n)])
+
+
+# ==============================================================================================================
+# Formats: regexes over the decoded string. All accept only valid values (exact or a subset).
+
+_DATE = (
+    r"(?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)"
+    r"|02-(?:0[1-9]|1[0-9]|2[0-8]))|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29)"
+)
+_TIME = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+_DUR_TIME = r"T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S)"
+_DUR_DATE = r"(?:[0-9]+D|[0-9]+M(?:[0-9]+D)?|[0-9]+Y(?:[0-9]+M(?:[0-9]+D)?)?)"
+_DURATION = f"P(?:{_DUR_DATE}(?:{_DUR_TIME})?|{_DUR_TIME}|[0-9]+W)"
+# An LDH label of at most 48 characters, without "--" in positions 3-4 (so never an IDNA "xn--" label, whose
+# validity depends on Punycode decoding).
+_LABEL = (
+    r"[A-Za-z0-9](?:[A-Za-z0-9]|[A-Za-z0-9-][A-Za-z0-9]|[A-Za-z0-9-]{2}[A-Za-z0-9]"
+    r"|[A-Za-z0-9-](?:[A-Za-z0-9][A-Za-z0-9-]|-[A-Za-z0-9])[A-Za-z0-9-]{0,43}[A-Za-z0-9])?"
+)
+_HOSTNAME = f"{_LABEL}(?:\\.{_LABEL}){{0,4}}"
+_LDH = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]"
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_IPV4 = f"{_OCTET}(?:\\.{_OCTET}){{3}}"
+
+
+def _ipv6() -> str:
+    h = "[0-9A-Fa-f]{1,4}"
+    ls32 = f"(?:{h}:{h}|{_IPV4})"
+    forms = [f"(?:{h}:){{6}}{ls32}", f"::(?:{h}:){{5}}{ls32}"]
+    tails = {4: f"(?:{h}:){{4}}{ls32}", 3: f"(?:{h}:){{3}}{ls32}", 2: f"(?:{h}:){{2}}{ls32}", 1: f"{h}:{ls32}", 0: ls32}
+    for before, tail in ((0, tails[4]), (1, tails[3]), (2, tails[2]), (3, tails[1]), (4, tails[0])):
+        head = h if before == 0 else f"(?:{h}:){{0,{before}}}{h}"
+        forms.append(f"(?:{head})?::{tail}")
+    forms.append(f"(?:(?:{h}:){{0,5}}{h})?::{h}")
+    forms.append(f"(?:(?:{h}:){{0,6}}{h})?::")
+    return "(?:" + "|".join(forms) + ")"
+
+
+_IPV6 = _ipv6()
+_IPV4_TEXT, _IPV6_TEXT = _IPV4, _IPV6
+_QUOTED_LOCAL = r'"(?:[ !#-\[\]-~]|\\[ -~])*"'
+_EMAIL = (
+    f"(?:{_ATEXT}+(?:\\.{_ATEXT}+)*|{_QUOTED_LOCAL})"
+    f"@(?:{_LDH}(?:\\.{_LDH})*|\\[{_IPV4_TEXT}\\]|\\[IPv6:{_IPV6_TEXT}\\])"
+)
+_UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+_PCT = "%[0-9A-Fa-f]{2}"
+_PCHAR = f"(?:[A-Za-z0-9._~!$&'()*+,;=:@-]|{_PCT})"
+_SEG_NC = f"(?:[A-Za-z0-9._~!$&'()*+,;=@-]|{_PCT})"
+_AUTHORITY = (
+    f"(?:(?:[A-Za-z0-9._~!$&'()*+,;=:-]|{_PCT})*@)?"
+    f"(?:\\[{_IPV6}\\]|{_IPV4}|(?:[A-Za-z0-9._~!$&'()*+,;=-]|{_PCT})*)(?::[0-9]*)?"
+)
+_PATH_ABEMPTY = f"(?:/{_PCHAR}*)*"
+_QUERY_FRAGMENT = f"(?:\\?(?:{_PCHAR}|[/?])*)?(?:#(?:{_PCHAR}|[/?])*)?"
+_HIER = f"(?://{_AUTHORITY}{_PATH_ABEMPTY}|/(?:{_PCHAR}+{_PATH_ABEMPTY})?|{_PCHAR}+{_PATH_ABEMPTY}|)"
+_URI = f"[A-Za-z][A-Za-z0-9+.-]*:{_HIER}{_QUERY_FRAGMENT}"
+_RELATIVE = f"(?://{_AUTHORITY}{_PATH_ABEMPTY}|/(?:{_PCHAR}+{_PATH_ABEMPTY})?|{_SEG_NC}+{_PATH_ABEMPTY}|){_QUERY_FRAGMENT}"
+_URI_REFERENCE = f"(?:{_URI}|{_RELATIVE})"
+_VARCHAR = f"(?:[A-Za-z0-9_]|{_PCT})"
+_VARSPEC = f"{_VARCHAR}(?:\\.?{_VARCHAR})*(?::[1-9][0-9]{{0,3}}|\\*)?"
+# RFC 6570 literals: ASCII %x21 / %x23-24 / %x26 / %x28-3B / %x3D / %x3F-5B / %x5D / %x5F / %x61-7A / %x7E, and
+# RFC 3987 ucschar / iprivate (written as a negated class: the regex parser materialises classes as sets).
+_TEMPLATE_LITERAL = _class_text(
+    _merge_ranges(
+        [(0x21, 0x21), (0x23, 0x24), (0x26, 0x26), (0x28, 0x3B), (0x3D, 0x3D), (0x3F, 0x5B), (0x5D, 0x5D), (0x5F, 0x5F),
+         (0x61, 0x7A), (0x7E, 0x7E), (0xA0, 0xD7FF), (0xE000, 0xFDCF), (0xFDF0, 0xFFEF)]
+        + [(plane << 16, (plane << 16) + 0xFFFD) for plane in range(1, 14)]
+        + [(0xE1000, 0xEFFFD), (0xF0000, 0xFFFFD), (0x100000, 0x10FFFD)]
+    )
+)
+_URI_TEMPLATE = f"(?:{_TEMPLATE_LITERAL}|{_PCT}|\\{{[+#./;?&]?{_VARSPEC}(?:,{_VARSPEC})*\\}})*"
+_JSON_POINTER = r"(?:/(?:[^~/]|~[01])*)*"
+_RELATIVE_JSON_POINTER = f"(?:0|[1-9][0-9]*)(?:#|{_JSON_POINTER})"
+
+_FORMATS = {
+    "date": _DATE,
+    "time": _TIME,
+    "date-time": f"{_DATE}[Tt]{_TIME}",
+    "duration": _DURATION,
+    "email": _EMAIL,
+    "hostname": _HOSTNAME,
+    "ipv4": _IPV4,
+    "ipv6": _IPV6,
+    "uuid": _UUID,
+    "uri": _URI,
+    "uri-reference": _URI_REFERENCE,
+    "uri-template": _URI_TEMPLATE,
+    "json-pointer": _JSON_POINTER,
+    "relative-json-pointer": _RELATIVE_JSON_POINTER,
+}
+#: Formats whose characters never need a JSON escape (their regex is also the encoded language).
+_ENCODED_QUOTED = r'\\"(?:[ !#-\[\]-~]|\\\\(?:[ !#-\[\]-~]|\\"|\\\\))*\\"'
+_ENCODED_POINTER = f"(?:/(?:[^~/\"\\\\\\x00-\\x1f]|{_ESCAPE}|~[01])*)*"
+#: The formats as regexes over the encoded string body (what appears between the quotes), for the direct path.
+_FORMATS_ENCODED = {
+    **_FORMATS,
+    "email": _EMAIL.replace(_QUOTED_LOCAL, _ENCODED_QUOTED),
+    "json-pointer": _ENCODED_POINTER,
+    "relative-json-pointer": f"(?:0|[1-9][0-9]*)(?:#|{_ENCODED_POINTER})",
+}
+_UNSUPPORTED_FORMATS = {"idn-email", "idn-hostname", "iri", "iri-reference", "regex"}
+
+
+# ==============================================================================================================
+# Keyword tables
+
+_ANNOTATIONS = frozenset(
+    {
+        "title", "description", "default", "examples", "example", "$comment", "deprecated", "readOnly", "writeOnly",
+        "contentMediaType", "contentEncoding", "contentSchema", "$schema", "$id", "id", "$anchor", "$dynamicAnchor",
+        "$recursiveAnchor", "$vocabulary", "$defs", "definitions",
+    }
+)  # fmt: skip
+#: Keywords handled here (whether the schema's draft has them is checked against its validator).
+_VALIDATION = frozenset(
+    {
+        "type", "enum", "const", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+        "minLength", "maxLength", "pattern", "format", "items", "prefixItems", "additionalItems", "minItems",
+        "maxItems", "uniqueItems", "contains", "minContains", "maxContains", "unevaluatedItems", "properties",
+        "patternProperties", "additionalProperties", "required", "propertyNames", "minProperties", "maxProperties",
+        "unevaluatedProperties", "dependentRequired", "dependentSchemas", "dependencies", "allOf", "anyOf", "oneOf",
+        "not", "if", "then", "else", "$ref", "$dynamicRef", "$recursiveRef",
+    }
+)  # fmt: skip
+#: Keywords that live inside another keyword's evaluation (not in a validator's own table).
+_DEPENDENT_KEYWORDS = {"then": "if", "else": "if", "minContains": "contains", "maxContains": "contains"}
+_ARRAY_KEYWORDS = frozenset(
+    {"items", "prefixItems", "additionalItems", "contains", "minContains", "maxContains", "unevaluatedItems"}
+)
+_OBJECT_KEYWORDS = frozenset(
+    {"properties", "patternProperties", "additionalProperties", "propertyNames", "unevaluatedProperties"}
+)
+_BRANCHING = ("anyOf", "oneOf", "not", "if", "dependentRequired", "dependentSchemas", "dependencies")
+_NEGATABLE = frozenset(
+    {
+        "type", "enum", "const", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength",
+        "maxLength", "pattern", "format", "minItems", "maxItems", "minProperties", "maxProperties", "multipleOf",
+    }
+)  # fmt: skip
+_NUMERIC_KW = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"})
+_GROUPS = {
+    "null": frozenset({"null"}), "boolean": frozenset({"boolean"}), "number": frozenset({"int", "frac"}),
+    "string": frozenset({"string"}), "array": frozenset({"array"}), "object": frozenset({"object"}),
+}  # fmt: skip
+_KEYWORD_GROUP = {
+    **{k: "number" for k in _NUMERIC_KW},
+    **{k: "string" for k in ("minLength", "maxLength", "pattern", "format")},
+    **{k: "array" for k in ("items", "prefixItems", "additionalItems", "contains", "minContains", "maxContains",
+                            "minItems", "maxItems", "uniqueItems", "unevaluatedItems")},
+    **{k: "object" for k in ("properties", "required", "additionalProperties", "patternProperties", "propertyNames",
+                             "minProperties", "maxProperties", "dependentRequired", "dependentSchemas",
+                             "dependencies", "unevaluatedProperties")},
+}  # fmt: skip
+_STRING_KW = frozenset({"minLength", "maxLength", "pattern", "format"})
+_FAMILY = {
+    **{k: {"int", "frac"} for k in _NUMERIC_KW},
+    **{k: {"string"} for k in _STRING_KW},
+    "minItems": {"array"},
+    "maxItems": {"array"},
+    "minProperties": {"object"},
+    "maxProperties": {"object"},
+    "required": {"object"},
+}
+
+
+def _escape_token(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def _clean_pointer(ptr: str) -> str:
+    """A pointer for messages: synthetic steps (``/~sN``) removed."""
+    return re.sub(r"/~s\d+(?:/[^/]*)*?(?=/~s|$)", "", ptr) if "/~s" in ptr else ptr
+
+
+class _Part(NamedTuple):
+    """One conjunct of a schema being compiled: the (sub)schema at ``ptr`` minus the keywords in ``skip``
+    (already turned into structure), or, when ``neg`` is set, the negation of one of its keywords."""
+
+    ptr: str
+    skip: frozenset = frozenset()
+    neg: tuple | None = None
+
+
+_UNSAT = object()
+
+
+class _NotNegatable(Exception):
+    """A schema whose negation (or an exclusive oneOf) cannot be written exactly."""
+
+
+def _disjoint(a: dict, b: dict) -> bool:
+    if a.get("empty") or b.get("empty"):
+        return True
+    common = a["kinds"] & b["kinds"]
+    if not common:
+        return True
+    if a["values"] is not None and b["values"] is not None and not (set(a["values"]) & set(b["values"])):
+        return True
+    if common <= {"object"}:
+        for name in a["required"] & b["required"]:
+            if name in a["props"] and name in b["props"] and not (set(a["props"][name]) & set(b["props"][name])):
+                return True
+        for x, y in ((a, b), (b, a)):
+            if x["required"] & y["forbidden"]:
+                return True
+            if y.get("closed") and x["required"] - y.get("declared", set()):
+                return True
+    return False
+
+
+# ==============================================================================================================
+# The document: validation, pointers and $ref resolution
+
+
+class _Document:
+    def __init__(self, schema: Any):
+        import jsonschema
+        import referencing
+        import referencing.jsonschema as rj
+        from jsonschema import validators
+
+        if not isinstance(schema, (bool, Mapping)):
+            raise JsonSchemaError(f"a schema must be a JSON object or a boolean, not {type(schema).__name__}")
+        cls = validators.validator_for(schema, default=validators.Draft202012Validator)
+        explicit = isinstance(schema, Mapping) and "$schema" in schema
+        # check_schema without format assertions: patterns are ECMAScript regexes, which Python's re (what the
+        # "regex" format checker uses) does not always parse; the regex compiler here judges them instead.
+        error = jsonschema.exceptions.best_match(cls(cls.META_SCHEMA).iter_errors(schema))
+        if error is not None and not explicit:
+            # No $schema: a draft-07 document (items as a list...) is read as draft-07.
+            draft7 = validators.Draft7Validator
+            if jsonschema.exceptions.best_match(draft7(draft7.META_SCHEMA).iter_errors(schema)) is None:
+                cls, error = draft7, None
+        if error is not None:
+            path = list(error.absolute_path)
+            pointer = "".join("/" + _escape_token(str(p)) for p in path)
+            keyword = str(path[-1]) if path else error.validator
+            raise JsonSchemaError(f"not a valid JSON Schema: {error.message}", pointer, keyword)
+        self.schema = schema
+        self.cls = cls
+        self.keywords = set(cls.VALIDATORS)
+        if not explicit and cls is validators.Draft202012Validator:
+            # "2020-12 plus draft-07 spellings": without a declared dialect, dependencies and additionalItems keep
+            # their draft-07 meaning (definitions is resolved by pointer either way).
+            self.keywords |= {"dependencies", "additionalItems"}
+        specs = {
+            "Draft3Validator": rj.DRAFT3, "Draft4Validator": rj.DRAFT4, "Draft6Validator": rj.DRAFT6,
+            "Draft7Validator": rj.DRAFT7, "Draft201909Validator": rj.DRAFT201909,
+            "Draft202012Validator": rj.DRAFT202012,
+        }  # fmt: skip
+        self.draft = cls.__name__.replace("Validator", "")
+        self.legacy = cls.__name__ in ("Draft3Validator", "Draft4Validator", "Draft6Validator", "Draft7Validator")
+        self.draft4 = cls.__name__ in ("Draft3Validator", "Draft4Validator")
+        self.spec = specs.get(cls.__name__, rj.DRAFT202012)
+        resource = self.spec.create_resource(schema)
+        self.base = resource.id() or ""
+        self.registry = referencing.Registry().with_resource(self.base, resource).crawl()
+        self.root_resolver = self.registry.resolver(self.base)
+        self.unresolvable = referencing.exceptions.Unresolvable
+        self.ptr_of: dict[int, str] = {}
+        self._walk(schema, "")
+        self.nodes: dict[str, Any] = {"": schema}
+        self.resolvers: dict[str, Any] = {"": self.root_resolver}
+        self.synthetic: dict[str, Any] = {}
+        self._validator = None
+
+    def _walk(self, node: Any, ptr: str) -> None:
+        """Record the pointer of every object in the document (values of enum/const/default/examples aside)."""
+        if isinstance(node, Mapping):
+            self.ptr_of.setdefault(id(node), ptr)
+            for key, value in node.items():
+                if key in ("enum", "const", "default", "examples", "example") and not isinstance(value, Mapping):
+                    continue
+                self._walk(value, f"{ptr}/{_escape_token(str(key))}")
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                self._walk(value, f"{ptr}/{i}")
+
+    # -- nodes -----------------------------------------------------------------------------------------------
+
+    def node(self, ptr: str) -> Any:
+        hit = self.nodes.get(ptr, self)
+        if hit is not self:
+            return hit
+        root_ptr, node = "", self.schema
+        for key in self.synthetic:
+            if ptr.startswith(key + "/") and len(key) > len(root_ptr):
+                root_ptr, node = key, self.synthetic[key]
+        for token in ptr[len(root_ptr) :].split("/")[1:]:
+            token = token.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, Mapping):
+                node = node[token]
+            elif isinstance(node, list):
+                node = node[int(token)]
+            else:
+                raise KeyError(ptr)
+        self.nodes[ptr] = node
+        return node
+
+    def add_synthetic(self, origin: str, node: Mapping) -> str:
+        key = json.dumps(node, sort_keys=True)
+        for ptr, existing in self.synthetic.items():
+            if ptr.startswith(origin + "/~s") and json.dumps(existing, sort_keys=True) == key:
+                return ptr
+        ptr = f"{origin}/~s{len(self.synthetic)}"
+        self.synthetic[ptr] = node
+        self.nodes[ptr] = node
+        return ptr
+
+    def is_synthetic(self, ptr: str) -> bool:
+        return "/~s" in ptr
+
+    def resolver_at(self, ptr: str):
+        if self.is_synthetic(ptr):
+            return self.root_resolver
+        hit = self.resolvers.get(ptr)
+        if hit is not None:
+            return hit
+        resolver = self.root_resolver
+        node = self.schema
+        walked = ""
+        for token in ptr.split("/")[1:]:
+            key = token.replace("~1", "/").replace("~0", "~")
+            node = node[int(key)] if isinstance(node, list) else node[key]
+            walked += "/" + token
+            if isinstance(node, Mapping) and isinstance(node.get("$id", node.get("id")), str):
+                resource = self.spec.create_resource(node)
+                if resource.id():
+                    resolver = resolver.in_subresource(resource)
+        self.resolvers[ptr] = resolver
+        return resolver
+
+    def resolve(self, ptr: str, ref: str, keyword: str = "$ref") -> str:
+        """The pointer of the schema ``ref`` (found at ``ptr``) refers to."""
+        where = f"{ptr}/{keyword}"
+        if not isinstance(ref, str):
+            raise JsonSchemaError("a reference must be a string", where, keyword)
+        try:
+            resolved = self.resolver_at(ptr).lookup(ref)
+        except self.unresolvable as exc:
+            raise JsonSchemaError(
+                f"cannot resolve {ref!r} inside this document (remote references are not fetched): {exc}", where, keyword
+            ) from None
+        contents = resolved.contents
+        if isinstance(contents, Mapping) and id(contents) in self.ptr_of:
+            return self.ptr_of[id(contents)]
+        if isinstance(contents, bool):
+            doc, _, fragment = ref.partition("#")
+            try:
+                holder = self.resolver_at(ptr).lookup(doc + "#").contents if doc else None
+            except self.unresolvable:
+                holder = None
+            base_ptr = self.ptr_of.get(id(holder), None) if holder is not None else self._resource_ptr(ptr)
+            fragment = unquote(fragment)
+            if base_ptr is not None and fragment.startswith("/"):
+                target = base_ptr + fragment
+                try:
+                    if self.node(target) is contents:
+                        return target
+                except (KeyError, IndexError, ValueError):
+                    pass
+        raise JsonSchemaError(f"{ref!r} does not refer to a schema of this document", where, keyword)
+
+    def _resource_ptr(self, ptr: str) -> str:
+        """The pointer of the innermost resource (root or ``$id``) containing ``ptr``."""
+        best = ""
+        node = self.schema
+        walked = ""
+        for token in ptr.split("/")[1:]:
+            key = token.replace("~1", "/").replace("~0", "~")
+            node = node[int(key)] if isinstance(node, list) else node[key]
+            walked += "/" + token
+            if isinstance(node, Mapping) and isinstance(node.get("$id"), str) and not node["$id"].startswith("#"):
+                best = walked
+        return best
+
+    # -- validation (the oracle used for enum/const candidates and property names) ----------------------------
+
+    def validator(self):
+        if self._validator is None:
+            self._validator = self.cls(self.schema, registry=self.registry, format_checker=self.cls.FORMAT_CHECKER)
+        return self._validator
+
+    def validation_schema(self, part: _Part) -> Any:
+        """A schema jsonschema can evaluate (relative to the root) that means the same as ``part``."""
+        if part.neg is not None:
+            return {"not": self.keyword_schema(part)}
+        return self._as_schema(part.ptr)
+
+    def _as_schema(self, ptr: str) -> Any:
+        if self.is_synthetic(ptr):
+            return self._inline(self.node(ptr))
+        if ptr == "":
+            return {"$ref": "#"} if not self.base else {"$ref": self.base}
+        return {"$ref": "#" + quote(ptr, safe="/~!$&'()*+,;=:@")}
+
+    def _inline(self, node: Any) -> Any:
+        if isinstance(node, Mapping):
+            if set(node) == {"$ptr"}:
+                return self._as_schema(node["$ptr"])
+            return {k: self._inline(v) if k not in ("enum", "const", "required") else v for k, v in node.items()}
+        if isinstance(node, list):
+            return [self._inline(v) for v in node]
+        return node
+
+    def keyword_schema(self, part: _Part) -> dict:
+        """The schema of the single keyword a negated part negates."""
+        node = self.node(part.ptr)
+        kw = part.neg[0]
+        if kw == "required":
+            return {"required": [part.neg[1]]}
+        schema = {kw: node[kw]}
+        if self.draft4 and kw in ("minimum", "maximum"):
+            flag = "exclusiveMinimum" if kw == "minimum" else "exclusiveMaximum"
+            if node.get(flag) is True:
+                schema[flag] = True
+        return schema
+
+    def is_valid(self, parts: Sequence[_Part], value: Any) -> bool:
+        validator = self.validator()
+        for part in parts:
+            schema = self.validation_schema(part)
+            if not validator.evolve(schema=schema).is_valid(value):
+                return False
+        return True
+
+
+# ==============================================================================================================
+# The compiler
+
+
+class _Layout(NamedTuple):
+    obj_open: Expr
+    obj_close: Expr
+    arr_open: Expr
+    arr_close: Expr
+    comma: Expr
+    colon: Expr
+    obj_empty: Expr
+    arr_empty: Expr
+
+
+class _Shape:
+    """The conjunction of flat parts, per kind of JSON value."""
+
+    def __init__(self) -> None:
+        self.kinds = set(_ALL_KINDS)
+        self.emptied: tuple[str, str, str] | None = None
+        self.why: dict[str, tuple[str, str, str]] = {}  # kind -> (message, pointer, keyword) when removed
+        self.type_ptr: tuple[str, str] | None = None
+        self.bools = {True, False}
+        self.lo: Decimal | None = None
+        self.lo_strict = False
+        self.lo_at = ("", "")
+        self.hi: Decimal | None = None
+        self.hi_strict = False
+        self.hi_at = ("", "")
+        self.multiples: list[tuple[Decimal, str]] = []
+        self.neg_multiples: list[tuple[Decimal, str]] = []
+        self.num_excluded: set[Decimal] = set()
+        self.min_len = 0
+        self.min_len_at = ("", "")
+        self.max_len: int | None = None
+        self.max_len_at = ("", "")
+        self.patterns: list[tuple[str, str]] = []
+        self.neg_patterns: list[tuple[str, str]] = []
+        self.formats: list[tuple[str, str]] = []
+        self.neg_formats: list[tuple[str, str]] = []
+        self.str_excluded: set[str] = set()
+        self.array_parts: list[_Part] = []
+        self.min_items = 0
+        self.min_items_at = ("", "")
+        self.max_items: int | None = None
+        self.max_items_at = ("", "")
+        self.unique: str | None = None
+        self.object_parts: list[_Part] = []
+        self.required: dict[str, str] = {}
+        self.forbidden: dict[str, str] = {}
+        self.min_props = 0
+        self.min_props_at = ("", "")
+        self.max_props: int | None = None
+        self.max_props_at = ("", "")
+        self.prop_names: list[_Part] = []
+        self.parts: tuple[_Part, ...] = ()
+
+    def restrict(self, kinds: set[str], message: str, ptr: str, keyword: str) -> None:
+        before = bool(self.kinds)
+        for kind in self.kinds - kinds:
+            self.why.setdefault(kind, (message, ptr, keyword))
+        self.kinds &= kinds
+        if before and not self.kinds:
+            self.emptied = (message, ptr, keyword)
+
+    def lower(self, v: Decimal, strict: bool, at: tuple[str, str]) -> None:
+        if self.lo is None or v > self.lo or (v == self.lo and strict and not self.lo_strict):
+            self.lo, self.lo_strict, self.lo_at = v, strict, at
+
+    def upper(self, v: Decimal, strict: bool, at: tuple[str, str]) -> None:
+        if self.hi is None or v < self.hi or (v == self.hi and strict and not self.hi_strict):
+            self.hi, self.hi_strict, self.hi_at = v, strict, at
+
+
+class _ObjectInfo:
+    """What one object part says about keys: its properties, patterns, additionalProperties, and (for
+    ``unevaluatedProperties``) what its in-place subschemas in the same conjunction evaluate."""
+
+    def __init__(self, props: dict[str, str], patterns: list[tuple[str, str]], additional: str | None):
+        self.props = props
+        self.patterns = patterns
+        self.additional = additional
+        self.unevaluated: str | None = None
+        self.evaluated_names: set[str] = set()
+        self.evaluated_patterns: list[tuple[str, str]] = []
+        self.evaluates_all = False
+
+    def evaluates(self, compiler: _Compiler, key: str) -> bool:
+        if self.evaluates_all or key in self.props or key in self.evaluated_names:
+            return True
+        for pattern, ptr in self.patterns + self.evaluated_patterns:
+            c = compiler.search(pattern, ptr)
+            if c is not None and c.accepts(key):
+                return True
+        return False
+
+
+class _Compiler:
+    def __init__(self, schema: Any, strict: bool, whitespace: str, additional_properties_default: bool, max_whitespace: int):
+        self.doc = _Document(schema)
+        self.strict = strict
+        self.whitespace = whitespace
+        self.ap_default = additional_properties_default
+        self.max_ws = max_whitespace
+        self.rules: dict[str, Expr] = {}
+        self.memo: dict[Any, Any] = {}
+        self.unsat: dict[Any, _Unsatisfiable] = {}
+        self.notes: list[str] = []
+        self.names: set[str] = set()
+        self._search_cache: dict[str, _CDFA] = {}
+        self._in_place: dict[str, set[str]] = {}
+        self._disjoint_cache: dict[tuple, bool] = {}
+        self._disjoint_checking: set[tuple] = set()
+
+    # -- policy ----------------------------------------------------------------------------------------------
+
+    def refuse(self, ptr: str, keyword: str, message: str, relaxation: str) -> None:
+        """Strict: raise. Lenient: record ``relaxation`` and return (the caller then relaxes)."""
+        ptr = _clean_pointer(ptr)
+        if self.strict:
+            raise JsonSchemaError(message + " (refused in strict mode)", ptr, keyword)
+        note = f"{ptr or '/'}: {keyword}: {relaxation} ({message})"
+        if note not in self.notes:
+            self.notes.append(note)
+
+    def unsatisfiable(self, message: str, ptr: str, keyword: str | None) -> _Unsatisfiable:
+        return _Unsatisfiable(f"unsatisfiable: {message}", _clean_pointer(ptr), keyword)
+
+    # -- shared lexical rules --------------------------------------------------------------------------------
+
+    def shared(self, name: str) -> Ref:
+        if name not in self.rules:
+            bodies = {
+                "json_string": lambda: Regex(_STRING),
+                "json_chars": lambda: Regex(f"{_CHAR}*"),
+                "json_number": lambda: Regex(_NUMBER),
+                "json_integer": lambda: Regex(_INTEGER),
+                "json_fraction": lambda: Regex(_NONINT),
+                "true": lambda: Literal("true"),
+                "false": lambda: Literal("false"),
+                "null": lambda: Literal("null"),
+                "ws": lambda: Regex(f"[ \\t\\n\\r]{{0,{self.max_ws}}}"),
+            }
+            if name.startswith("json_chars_"):
+                self.rules[name] = Regex(f"{_CHAR}{{{int(name.rsplit('_', 1)[1])}}}")
+            else:
+                self.rules[name] = bodies[name]()
+        return Ref(name)
+
+    def layout(self, depth: int | None) -> _Layout:
+        if self.whitespace == "indent" and depth is not None:
+            inner = "  " * (depth + 1)
+            outer = "  " * depth
+            return _Layout(
+                Literal("{\n" + inner), Literal("\n" + outer + "}"), Literal("[\n" + inner), Literal("\n" + outer + "]"),
+                Literal(",\n" + inner), Literal(": "), Literal("{}"), Literal("[]"),
+            )  # fmt: skip
+        if self.whitespace == "flexible":
+            ws = self.shared("ws")
+            return _Layout(
+                Seq((Literal("{"), ws)), Seq((ws, Literal("}"))), Seq((Literal("["), ws)), Seq((ws, Literal("]"))),
+                Seq((ws, Literal(","), ws)), Seq((ws, Literal(":"), ws)), Seq((Literal("{"), ws, Literal("}"))),
+                Seq((Literal("["), ws, Literal("]"))),
+            )  # fmt: skip
+        return _Layout(
+            Literal("{"), Literal("}"), Literal("["), Literal("]"), Literal(","), Literal(":"), Literal("{}"), Literal("[]")
+        )
+
+    def child_depth(self, depth: int | None) -> int | None:
+        if depth is None or depth + 1 > MAX_INDENT_DEPTH:
+            return None
+        return depth + 1
+
+    def any_value(self, depth: int | None) -> Ref:
+        suffix = "" if depth is None else f"@{depth}"
+        name = "json_value" + suffix
+        if name in self.rules:
+            return Ref(name)
+        lay = self.layout(depth)
+        child = self.child_depth(depth)
+        self.rules[name] = Seq(())  # placeholder against re-entry
+        value = self.any_value(child)
+        obj, arr = "json_object" + suffix, "json_array" + suffix
+        member = Seq((self.shared("json_string"), lay.colon, value))
+        self.rules[obj] = Alt(
+            (lay.obj_empty, Seq((lay.obj_open, member, Repeat(Seq((lay.comma, member))), lay.obj_close)))
+        )
+        self.rules[arr] = Alt((lay.arr_empty, Seq((lay.arr_open, value, Repeat(Seq((lay.comma, value))), lay.arr_close))))
+        self.rules[name] = Alt(
+            (
+                Ref(obj), Ref(arr), self.shared("json_string"), self.shared("json_number"), self.shared("true"),
+                self.shared("false"), self.shared("null"),
+            )
+        )  # fmt: skip
+        return Ref(name)
+
+    # -- parts -----------------------------------------------------------------------------------------------
+
+    def node(self, ptr: str) -> Any:
+        return self.doc.node(ptr)
+
+    def live_keys(self, part: _Part) -> list[str]:
+        node = self.node(part.ptr)
+        if not isinstance(node, Mapping):
+            return []
+        return [k for k in node if k not in part.skip and k not in _ANNOTATIONS]
+
+    def normalise(self, parts: Sequence[_Part]) -> tuple[_Part, ...]:
+        """Expand ``$ref`` and ``allOf`` into the conjunction, drop ``true`` and empty parts; ``false`` is
+        unsatisfiable."""
+        out: list[_Part] = []
+        seen: set[_Part] = set()
+        work = list(parts)
+        while work:
+            part = work.pop(0)
+            if part in seen:
+                continue
+            seen.add(part)
+            if part.neg is not None:
+                out.append(part)
+                continue
+            node = self.node(part.ptr)
+            if node is True:
+                continue
+            if node is False:
+                raise self.unsatisfiable("the schema is false", part.ptr, None)
+            if not isinstance(node, Mapping):
+                raise JsonSchemaError("a schema must be an object or a boolean", _clean_pointer(part.ptr))
+            if "$ptr" in node:
+                work.insert(0, _Part(node["$ptr"]))
+                continue
+            skip = set(part.skip)
+            added: list[_Part] = []
+            for kw in ("$ref", "$dynamicRef", "$recursiveRef"):
+                if kw in node and kw not in skip:
+                    if kw not in self.doc.keywords:
+                        if self.foreign(part.ptr, kw):
+                            skip.add(kw)
+                            continue
+                    target = self.resolve_ref(part.ptr, kw, node[kw])
+                    if self.doc.legacy and kw == "$ref":
+                        added = [_Part(target)]
+                        skip = None
+                        break
+                    skip.add(kw)
+                    added.append(_Part(target))
+            if skip is None:
+                work[0:0] = added
+                continue
+            if "allOf" in node and "allOf" not in skip:
+                skip.add("allOf")
+                added.extend(_Part(f"{part.ptr}/allOf/{i}") for i in range(len(node["allOf"])))
+            part = part._replace(skip=frozenset(skip))
+            work.extend(added)
+            if not self.live_keys(part):
+                continue
+            if part not in out:
+                out.append(part)
+        return tuple(out)
+
+    def resolve_ref(self, ptr: str, kw: str, ref: Any) -> str:
+        target = self.doc.resolve(ptr, ref, kw)
+        if kw == "$dynamicRef":
+            node = self.node(target)
+            anchor = ref.partition("#")[2]
+            if isinstance(node, Mapping) and node.get("$dynamicAnchor") == anchor:
+                self.refuse(
+                    ptr + "/$dynamicRef", "$dynamicRef", "a $dynamicRef with a dynamic scope is not supported",
+                    "resolved statically like $ref",
+                )  # fmt: skip
+        if kw == "$recursiveRef":
+            node = self.node(target)
+            if isinstance(node, Mapping) and node.get("$recursiveAnchor") is True and target != "":
+                self.refuse(
+                    ptr + "/$recursiveRef", "$recursiveRef", "a $recursiveRef with a dynamic scope is not supported",
+                    "resolved statically like $ref",
+                )  # fmt: skip
+        return target
+
+    def foreign(self, ptr: str, kw: str) -> bool:
+        """A keyword of another draft (its validator ignores it here). Returns True when it is to be ignored."""
+        self.refuse(
+            f"{ptr}/{kw}", kw, f"{kw!r} is not a keyword of {self.doc.draft}, so validators ignore it",
+            "ignored, as a validator would",
+        )  # fmt: skip
+        return True
+
+    def known_here(self, kw: str) -> bool:
+        """Whether ``kw`` is a keyword of the schema's draft."""
+        if self.doc.draft4 and kw in ("exclusiveMinimum", "exclusiveMaximum"):
+            return True  # draft-04: booleans read by minimum / maximum
+        if kw in _DEPENDENT_KEYWORDS:
+            return _DEPENDENT_KEYWORDS[kw] in self.doc.keywords and (kw in ("then", "else") or not self.doc.legacy)
+        return kw in self.doc.keywords
+
+    def synthetic(self, origin: str, node: Mapping) -> _Part:
+        return _Part(self.doc.add_synthetic(origin, node))
+
+    # -- rules -----------------------------------------------------------------------------------------------
+
+    def new_name(self, parts: Sequence[_Part], depth: int | None) -> str:
+        def one(p: _Part) -> str:
+            text = _clean_pointer(p.ptr) or "/"
+            if p.neg:
+                text = "not(" + text + "/" + "/".join(map(str, p.neg)) + ")"
+            elif p.skip:
+                text += "-" + ",".join(sorted(k for k in p.skip if k not in ("$ref", "allOf")))
+            return text.rstrip("-")
+
+        base = "&".join(one(p) for p in parts[:3]) + ("&..." if len(parts) > 3 else "")
+        base = "schema:" + (base if len(base) <= 80 else base[:77] + "...")
+        if depth is not None:
+            base += f"@{depth}"
+        name, i = base, 1
+        while name in self.names or name in self.rules:
+            i += 1
+            name = f"{base}#{i}"
+        self.names.add(name)
+        if len(self.names) > MAX_RULES:
+            raise JsonSchemaError(f"the schema needs more than {MAX_RULES:,} grammar rules", "", None)
+        return name
+
+    def conj(self, parts: Sequence[_Part], depth: int | None) -> Ref:
+        """A rule for the conjunction of ``parts`` (raises _Unsatisfiable when none can hold)."""
+        parts = self.normalise(parts)
+        if not parts:
+            return self.any_value(depth)
+        key = (frozenset(parts), depth)
+        hit = self.memo.get(key)
+        if hit is _UNSAT:
+            raise self.unsat[key]
+        if hit is not None:
+            return Ref(hit)
+        name = self.new_name(parts, depth)
+        self.memo[key] = name
+        try:
+            body = self.body(parts, depth, name)
+        except _Unsatisfiable as exc:
+            self.memo[key] = _UNSAT
+            self.unsat[key] = exc
+            raise
+        self.rules[name] = body
+        return Ref(name)
+
+    def body(self, parts: tuple[_Part, ...], depth: int | None, name: str) -> Expr:
+        finite = self.finite_values(parts, depth)
+        if finite is not None:
+            return finite
+        for part in parts:
+            if part.neg is not None:
+                continue
+            node = self.node(part.ptr)
+            for kw in _BRANCHING:
+                if kw in node and kw not in part.skip:
+                    return self.branch(parts, part, kw, depth)
+        shape = self.merge(parts)
+        return self.emit(shape, depth, name)
+
+    # -- enum / const ----------------------------------------------------------------------------------------
+
+    def finite_values(self, parts: tuple[_Part, ...], depth: int | None) -> Expr | None:
+        source = None
+        for part in parts:
+            if part.neg is not None:
+                continue
+            node = self.node(part.ptr)
+            for kw in ("const", "enum"):
+                if kw in node and kw not in part.skip:
+                    values = [node[kw]] if kw == "const" else list(node[kw])
+                    if source is None or len(values) < len(source[0]):
+                        source = (values, part, kw)
+        if source is None:
+            return None
+        values, owner, kw = source
+        at = f"{owner.ptr}/{kw}"
+        if not values:
+            raise self.unsatisfiable("the enum is empty", at, kw)
+        extra = [k for k in self.live_keys(owner) if k not in ("enum", "const") and k in _VALIDATION]
+        simple = len(parts) == 1 and set(extra) <= {"type"}
+        kinds = _kinds_of_type(self.node(owner.ptr)["type"]) if "type" in extra else _ALL_KINDS
+        chosen: dict[str, Any] = {}
+        for value in values:
+            key = _json_key(value)
+            if key in chosen:
+                continue
+            if simple:
+                if _kind_of(value) not in kinds:
+                    continue
+            else:
+                try:
+                    ok = self.doc.is_valid(parts, value)
+                except Exception as exc:  # an unresolvable reference met by jsonschema, a bad regex...
+                    raise JsonSchemaError(f"cannot evaluate the enum values against the schema: {exc}", _clean_pointer(at), kw) from None
+                if not ok:
+                    continue
+            chosen[key] = value
+        if not chosen:
+            raise self.unsatisfiable(f"no value of {kw!r} satisfies the rest of the schema", at, kw)
+        literals = []
+        for value in chosen.values():
+            try:
+                _dumps(value).encode("utf-8")
+            except (ValueError, UnicodeEncodeError) as exc:
+                raise JsonSchemaError(f"the value {value!r} cannot be written as UTF-8 JSON: {exc}", _clean_pointer(at), kw) from None
+            literals.append(self.value_literal(_canonical_value(value), depth))
+        return literals[0] if len(literals) == 1 else Alt(tuple(literals))
+
+    def value_literal(self, value: Any, depth: int | None) -> Expr:
+        """Exactly ``value`` (keys in the given order), laid out like every other value."""
+        if not isinstance(value, (Mapping, list)) or not value or self.whitespace == "compact" or (
+            self.whitespace == "indent" and depth is None
+        ):
+            return Literal(_dumps(value))
+        lay = self.layout(depth)
+        child = self.child_depth(depth)
+        if isinstance(value, Mapping):
+            items = [Seq((Literal(json.dumps(k, ensure_ascii=False)), lay.colon, self.value_literal(v, child))) for k, v in value.items()]
+            open_, close = lay.obj_open, lay.obj_close
+        else:
+            items = [self.value_literal(v, child) for v in value]
+            open_, close = lay.arr_open, lay.arr_close
+        seq: list[Expr] = [open_]
+        for i, item in enumerate(items):
+            if i:
+                seq.append(lay.comma)
+            seq.append(item)
+        seq.append(close)
+        return Seq(tuple(seq))
+
+    # -- branching -------------------------------------------------------------------------------------------
+
+    def branch(self, parts: tuple[_Part, ...], part: _Part, kw: str, depth: int | None) -> Expr:
+        node = self.node(part.ptr)
+        at = f"{part.ptr}/{kw}"
+        skip = {kw} | ({"then", "else"} if kw == "if" else set())
+        base = tuple(p._replace(skip=p.skip | skip) if p == part else p for p in parts)
+        if kw not in self.doc.keywords and kw in ("dependentRequired", "dependentSchemas", "dependencies"):
+            self.foreign(part.ptr, kw)
+            return self.conj(base, depth)
+        try:
+            alternatives = self.alternatives(part, kw, node, parts)
+        except _NotNegatable as exc:
+            relaxed = {
+                "oneOf": "treated as anyOf",
+                "not": "ignored",
+                "if": "ignored (with then/else)",
+            }[kw]
+            self.refuse(at, kw, str(exc), relaxed)
+            if kw == "oneOf":
+                alternatives = [(_Part(f"{part.ptr}/oneOf/{i}"),) for i in range(len(node["oneOf"]))]
+            else:
+                alternatives = [()]
+        options: list[Expr] = []
+        failure: _Unsatisfiable | None = None
+        for extra in alternatives:
+            try:
+                ref = self.conj(base + tuple(extra), depth)
+            except _Unsatisfiable as exc:
+                failure = failure or exc
+                continue
+            if ref not in options:
+                options.append(ref)
+        if not options:
+            if failure is not None and len(alternatives) == 1:
+                raise failure
+            raise self.unsatisfiable(f"no branch of {kw!r} can be satisfied together with the rest of the schema", at, kw)
+        return options[0] if len(options) == 1 else Alt(tuple(options))
+
+    def alternatives(self, part: _Part, kw: str, node: Mapping, parts: tuple[_Part, ...]) -> list[tuple[_Part, ...]]:
+        ptr = part.ptr
+        if kw == "anyOf":
+            branches = [_Part(f"{ptr}/anyOf/{i}") for i in range(len(node["anyOf"]))]
+            if self.sees_annotations(parts) and 1 < len(branches) <= 4:
+                # every branch that holds contributes its annotations: one alternative per set of holding branches
+                subsets = []
+                for mask in range(1, 2 ** len(branches)):
+                    subsets.append(tuple(b for i, b in enumerate(branches) if mask >> i & 1))
+                return subsets
+            return [(b,) for b in branches]
+        if kw == "oneOf":
+            branches = [_Part(f"{ptr}/oneOf/{i}") for i in range(len(node["oneOf"]))]
+            if self.pairwise_disjoint(branches):
+                return [(b,) for b in branches]
+            split = self.one_of_by_kind(branches, f"{ptr}/oneOf")
+            if split is not None:
+                return split
+            # exact: branch i and the negation of every other branch
+            if len(branches) > 4:
+                raise _NotNegatable("the oneOf branches are not provably exclusive")
+            out: list[tuple[_Part, ...]] = []
+            negs = []
+            for b in branches:
+                try:
+                    negs.append(self.negate(b.ptr))
+                except _NotNegatable:
+                    raise _NotNegatable("the oneOf branches are not provably exclusive and cannot be negated") from None
+            for i, b in enumerate(branches):
+                others = [negs[j] for j in range(len(branches)) if j != i]
+                for combo in product(*others):
+                    out.append((b,) + tuple(p for conj in combo for p in conj))
+                    if len(out) > 64:
+                        raise _NotNegatable("the oneOf branches need too many exclusive combinations")
+            return out
+        if kw == "not":
+            return self.negate(f"{ptr}/not")
+        if kw == "if":
+            then = (_Part(f"{ptr}/then"),) if "then" in node else ()
+            other = (_Part(f"{ptr}/else"),) if "else" in node else ()
+            if not then and not other and not self.sees_annotations(parts):
+                return [()]
+            negated = self.negate(f"{ptr}/if")
+            return [(_Part(f"{ptr}/if"),) + then] + [d + other for d in negated]
+        # dependencies: each trigger present (with its dependency) or absent
+        value = node[kw]
+        required = set()
+        for p in parts:
+            if p.neg is None:
+                n = self.node(p.ptr)
+                if isinstance(n.get("required"), list) and "required" not in p.skip:
+                    required.update(n["required"])
+        choices = []
+        for trigger, dep in value.items():
+            if kw == "dependentRequired" or (kw == "dependencies" and isinstance(dep, list)):
+                if set(dep) <= required or not dep:
+                    continue
+                present = self.synthetic(f"{ptr}/{kw}/{_escape_token(trigger)}", {"required": [trigger, *dep]})
+            else:
+                sub = _Part(f"{ptr}/{kw}/{_escape_token(trigger)}")
+                if self.node(sub.ptr) is True:
+                    continue
+                present = (self.synthetic(f"{ptr}/{kw}/{_escape_token(trigger)}", {"required": [trigger]}), sub)
+            absent = self.synthetic(f"{ptr}/{kw}/{_escape_token(trigger)}", {"properties": {trigger: False}})
+            present = (present,) if isinstance(present, _Part) else present
+            choices.append([present] if trigger in required else [(absent,), present])
+        if len(choices) > 10:
+            raise JsonSchemaError(f"{kw!r} has too many conditional properties ({len(choices)})", _clean_pointer(f"{ptr}/{kw}"), kw)
+        return [tuple(p for conj in combo for p in conj) for combo in product(*choices)]
+
+    def sees_annotations(self, parts: Sequence[_Part]) -> bool:
+        """Whether an unevaluatedProperties/unevaluatedItems of the conjunction depends on which branches hold."""
+        for p in parts:
+            if p.neg is None:
+                node = self.node(p.ptr)
+                if isinstance(node, Mapping) and (
+                    ("unevaluatedProperties" in node and "unevaluatedProperties" not in p.skip)
+                    or ("unevaluatedItems" in node and "unevaluatedItems" not in p.skip)
+                ):
+                    return True
+        return False
+
+    def pairwise_disjoint(self, branches: list[_Part]) -> bool:
+        summaries = [self.summary(b) for b in branches]
+        for i in range(len(summaries)):
+            for j in range(i + 1, len(summaries)):
+                if not _disjoint(summaries[i], summaries[j]) and not self.no_common_value(branches[i], branches[j]):
+                    return False
+        return True
+
+    def no_common_value(self, a: _Part, b: _Part, group: str | None = None) -> bool:
+        """Whether compiling ``a`` and ``b`` together (restricted to one kind of value) shows them unsatisfiable:
+        the compiler itself as the disjointness prover."""
+        key = (a, b, group)
+        hit = self._disjoint_cache.get(key)
+        if hit is not None:
+            return hit
+        if key in self._disjoint_checking or len(self._disjoint_checking) > 4:
+            return False
+        self._disjoint_checking.add(key)
+        notes = list(self.notes)
+        try:
+            extra = (self.synthetic(a.ptr, {"type": group}),) if group else ()
+            self.conj((a, b) + extra, None)
+            result = False
+        except _Unsatisfiable:
+            result = True
+        except (JsonSchemaError, _NotNegatable, _TooLarge):
+            result = False
+        finally:
+            self._disjoint_checking.discard(key)
+            self.notes[:] = notes
+        self._disjoint_cache[key] = result
+        return result
+
+    def summary(self, part: _Part) -> dict:
+        """What is cheaply known of a branch: its kinds, finite values, required / forbidden / declared properties
+        (with finite values), whether it is a closed object, and which kinds its keywords constrain."""
+        kinds = set(_ALL_KINDS)
+        values: dict[str, Any] | None = None
+        required: set[str] = set()
+        props: dict[str, dict[str, Any]] = {}
+        forbidden: set[str] = set()
+        declared: set[str] = set()
+        closed = False
+        constrained: set[str] = set()
+        try:
+            parts = self.normalise([part])
+        except _Unsatisfiable:
+            return {"empty": True}
+        for p in parts:
+            if p.neg is not None:
+                constrained |= set(_GROUPS)
+                continue
+            node = self.node(p.ptr)
+            live = set(self.live_keys(p))
+            for kw in live:
+                if kw in _BRANCHING or kw in ("enum", "const"):
+                    constrained |= set(_GROUPS)
+                elif kw in _KEYWORD_GROUP:
+                    constrained.add(_KEYWORD_GROUP[kw])
+            if "type" in live:
+                kinds &= _kinds_of_type(node["type"])
+            for kw in ("const", "enum"):
+                if kw in live:
+                    vals = [node[kw]] if kw == "const" else node[kw]
+                    found = {_json_key(v): v for v in vals}
+                    values = found if values is None else {k: v for k, v in values.items() if k in found}
+            if "required" in live and isinstance(node["required"], list):
+                required.update(node["required"])
+            if "additionalProperties" in live and node["additionalProperties"] is False and "patternProperties" not in live:
+                closed = True
+            for name, sub in (node.get("properties") or {}).items() if "properties" in live else ():
+                declared.add(name)
+                if sub is False:
+                    forbidden.add(name)
+                    continue
+                sub_ptr = f"{p.ptr}/properties/{_escape_token(name)}"
+                try:
+                    sub_parts = self.normalise([_Part(sub_ptr)])
+                except _Unsatisfiable:
+                    forbidden.add(name)
+                    continue
+                for sp in sub_parts:
+                    if sp.neg is not None:
+                        continue
+                    sn = self.node(sp.ptr)
+                    for kw in ("const", "enum"):
+                        if kw in sn and kw not in sp.skip:
+                            vals = [sn[kw]] if kw == "const" else sn[kw]
+                            found = {_json_key(v): v for v in vals}
+                            old = props.get(name)
+                            props[name] = found if old is None else {k: v for k, v in old.items() if k in found}
+        if values is not None:
+            kinds &= {_kind_of(v) for v in values.values()}
+        return {
+            "kinds": kinds, "values": values, "required": required, "props": props, "forbidden": forbidden,
+            "declared": declared, "closed": closed, "constrained": constrained,
+        }  # fmt: skip
+
+    def one_of_by_kind(self, branches: list[_Part], origin: str) -> list[tuple[_Part, ...]] | None:
+        """oneOf split by kind of value: per kind, the branches that hold for every value of that kind, those
+        that never hold and the others; exact when, per kind, at most one branch holds for all its values (and
+        then no other may hold) or the partial branches are provably disjoint. None when that cannot be shown."""
+        summaries = [self.summary(b) for b in branches]
+        out: list[tuple[_Part, ...]] = []
+        for group, kinds in _GROUPS.items():
+            trivial, partial = [], []
+            for b, sm in zip(branches, summaries):
+                if sm.get("empty") or not (sm["kinds"] & kinds):
+                    continue
+                if kinds <= sm["kinds"] and group not in sm["constrained"]:
+                    trivial.append(b)
+                else:
+                    partial.append((b, sm))
+            if len(trivial) >= 2:
+                continue  # two branches always hold: no value of this kind is valid
+            if trivial and partial:
+                return None
+            for i in range(len(partial)):
+                for j in range(i + 1, len(partial)):
+                    a = dict(partial[i][1], kinds=partial[i][1]["kinds"] & kinds)
+                    c = dict(partial[j][1], kinds=partial[j][1]["kinds"] & kinds)
+                    if not _disjoint(a, c) and not self.no_common_value(partial[i][0], partial[j][0], group):
+                        return None
+            restrict = self.synthetic(origin, {"type": group})
+            out.extend((b, restrict) for b in trivial + [b for b, _ in partial])
+        return out
+
+    # -- negation --------------------------------------------------------------------------------------------
+
+    def negate(self, ptr: str) -> list[tuple[_Part, ...]]:
+        """The negation of the schema at ``ptr`` as a disjunction of conjunctions of parts."""
+        node = self.node(ptr)
+        if node is True:
+            return []
+        if node is False:
+            return [()]
+        if not isinstance(node, Mapping):
+            raise JsonSchemaError("a schema must be an object or a boolean", _clean_pointer(ptr))
+        if "$ptr" in node:
+            return self.negate(node["$ptr"])
+        if self.doc.legacy and "$ref" in node:
+            return self.negate(self.resolve_ref(ptr, "$ref", node["$ref"]))
+        out: list[tuple[_Part, ...]] = []
+        for kw, value in node.items():
+            if kw in _ANNOTATIONS:
+                continue
+            if kw not in _VALIDATION:
+                continue  # unknown keywords are annotations
+            if not self.known_here(kw):
+                self.foreign(ptr, kw)
+                continue
+            if kw in ("$ref", "$dynamicRef", "$recursiveRef"):
+                out.extend(self.negate(self.resolve_ref(ptr, kw, value)))
+            elif kw == "allOf":
+                for i in range(len(value)):
+                    out.extend(self.negate(f"{ptr}/allOf/{i}"))
+            elif kw == "anyOf":
+                combos = list(product(*(self.negate(f"{ptr}/anyOf/{i}") for i in range(len(value)))))
+                if len(combos) > 64:
+                    raise _NotNegatable(f"the negation of {_clean_pointer(ptr)}/anyOf is too large")
+                out.extend(tuple(p for conj in combo for p in conj) for combo in combos)
+            elif kw == "not":
+                out.append((_Part(f"{ptr}/not"),))
+            elif kw in _NEGATABLE:
+                if kw in ("exclusiveMinimum", "exclusiveMaximum") and isinstance(value, bool):
+                    continue  # draft-04: part of minimum / maximum
+                out.append((_Part(ptr, neg=(kw,)),))
+            elif kw == "required":
+                out.extend((_Part(ptr, neg=("required", name)),) for name in dict.fromkeys(value))
+            elif kw == "properties":
+                for name in value:
+                    sub = f"{ptr}/properties/{_escape_token(name)}"
+                    if self.node(sub) is True:
+                        continue
+                    out.append(
+                        (self.synthetic(ptr, {"type": "object", "required": [name], "properties": {name: {"not": {"$ptr": sub}}}}),)
+                    )
+            elif kw == "prefixItems" or (kw == "items" and isinstance(value, list)):
+                for i in range(len(value)):
+                    sub = f"{ptr}/{kw}/{i}"
+                    if self.node(sub) is True:
+                        continue
+                    out.append(
+                        (self.synthetic(ptr, {"type": "array", "minItems": i + 1, "prefixItems" if not self.doc.legacy else "items": [True] * i + [{"not": {"$ptr": sub}}]}),)
+                    )
+            elif kw == "items" and isinstance(value, (Mapping, bool)) and "prefixItems" not in node:
+                if value is not True:
+                    out.append((self.synthetic(ptr, {"type": "array", "contains": {"not": {"$ptr": f"{ptr}/items"}}}),))
+            elif kw == "contains" and "minContains" not in node and "maxContains" not in node:
+                out.append((self.synthetic(ptr, {"type": "array", "items": {"not": {"$ptr": f"{ptr}/contains"}}}),))
+            elif kw in ("then", "else") and "if" in node:
+                continue
+            elif kw == "if":
+                # not(if-then-else) = (if and not then) or (not if and not else)
+                then_neg = self.negate(f"{ptr}/then") if "then" in node else []
+                else_neg = self.negate(f"{ptr}/else") if "else" in node else []
+                out.extend((_Part(f"{ptr}/if"),) + d for d in then_neg)
+                if else_neg:
+                    for d in self.negate(f"{ptr}/if"):
+                        out.extend(d + e for e in else_neg)
+            else:
+                raise _NotNegatable(f"cannot negate {kw!r} (at {_clean_pointer(ptr)}/{kw})")
+        return out
+
+    # -- merging flat parts ----------------------------------------------------------------------------------
+
+    def merge(self, parts: tuple[_Part, ...]) -> _Shape:
+        sh = _Shape()
+        sh.parts = parts
+        for part in parts:
+            if part.neg is not None:
+                self.merge_negated(sh, part)
+                continue
+            node = self.node(part.ptr)
+            for kw in self.live_keys(part):
+                value = node[kw]
+                at = (f"{part.ptr}/{kw}", kw)
+                if kw not in _VALIDATION:
+                    continue  # unknown keywords are annotations
+                if not self.known_here(kw):
+                    self.foreign(part.ptr, kw)
+                    continue
+                if kw == "type":
+                    sh.restrict(_kinds_of_type(value), f"type {value} leaves no type with the other constraints", *at)
+                elif kw in ("minimum", "exclusiveMinimum"):
+                    if isinstance(value, bool):
+                        continue
+                    strict = kw == "exclusiveMinimum" or (self.doc.draft4 and node.get("exclusiveMinimum") is True)
+                    sh.lower(_to_decimal(value), strict, at)
+                elif kw in ("maximum", "exclusiveMaximum"):
+                    if isinstance(value, bool):
+                        continue
+                    strict = kw == "exclusiveMaximum" or (self.doc.draft4 and node.get("exclusiveMaximum") is True)
+                    sh.upper(_to_decimal(value), strict, at)
+                elif kw == "multipleOf":
+                    sh.multiples.append((_to_decimal(value), at[0]))
+                elif kw == "minLength":
+                    if value > sh.min_len:
+                        sh.min_len, sh.min_len_at = int(value), at
+                elif kw == "maxLength":
+                    if sh.max_len is None or value < sh.max_len:
+                        sh.max_len, sh.max_len_at = int(value), at
+                elif kw == "pattern":
+                    sh.patterns.append((value, at[0]))
+                elif kw == "format":
+                    if value in _FORMATS:
+                        sh.formats.append((value, at[0]))
+                    elif value in _UNSUPPORTED_FORMATS:
+                        self.refuse(at[0], kw, f"the format {value!r} is not supported", "ignored")
+                elif kw in ("minItems", "maxItems"):
+                    if kw == "minItems" and value > sh.min_items:
+                        sh.min_items, sh.min_items_at = int(value), at
+                    if kw == "maxItems" and (sh.max_items is None or value < sh.max_items):
+                        sh.max_items, sh.max_items_at = int(value), at
+                elif kw == "uniqueItems":
+                    if value:
+                        sh.unique = at[0]
+                elif kw in _ARRAY_KEYWORDS:
+                    if part not in sh.array_parts:
+                        sh.array_parts.append(part)
+                elif kw in ("minProperties", "maxProperties"):
+                    if kw == "minProperties" and value > sh.min_props:
+                        sh.min_props, sh.min_props_at = int(value), at
+                    if kw == "maxProperties" and (sh.max_props is None or value < sh.max_props):
+                        sh.max_props, sh.max_props_at = int(value), at
+                elif kw == "required":
+                    if isinstance(value, list):
+                        for name in value:
+                            sh.required.setdefault(name, at[0])
+                elif kw in _OBJECT_KEYWORDS:
+                    if part not in sh.object_parts:
+                        sh.object_parts.append(part)
+                    if kw == "propertyNames":
+                        sh.prop_names.append(_Part(f"{part.ptr}/propertyNames"))
+                elif kw in ("then", "else"):
+                    continue  # without "if" they mean nothing
+                else:  # pragma: no cover - every validation keyword is handled above or branched on
+                    raise AssertionError(kw)
+        if "boolean" in sh.kinds and not sh.bools:
+            sh.restrict(sh.kinds - {"boolean"}, "no boolean is allowed", "", "not")
+        return sh
+
+    def merge_negated(self, sh: _Shape, part: _Part) -> None:
+        node = self.node(part.ptr)
+        kw = part.neg[0]
+        at = (f"{part.ptr}/{kw}", kw)
+        message = f"excluded by a negated {kw!r}"
+        if kw == "type":
+            sh.restrict(_ALL_KINDS - _kinds_of_type(node["type"]), message, *at)
+            return
+        if kw in ("enum", "const"):
+            values = [node[kw]] if kw == "const" else node[kw]
+            for value in values:
+                kind = _kind_of(value)
+                if kind == "null":
+                    sh.restrict(sh.kinds - {"null"}, message, *at)
+                elif kind == "boolean":
+                    sh.bools.discard(value)
+                elif kind in ("int", "frac"):
+                    sh.num_excluded.add(_to_decimal(value))
+                elif kind == "string":
+                    sh.str_excluded.add(value)
+                elif kind in sh.kinds:
+                    self.refuse(at[0], kw, f"cannot exclude the {kind} value {_dumps(value)[:60]}", "ignored")
+            if not sh.bools:
+                sh.restrict(sh.kinds - {"boolean"}, message, *at)
+            return
+        if kw == "required":
+            sh.restrict({"object"}, message, *at)
+            sh.forbidden.setdefault(part.neg[1], at[0])
+            return
+        sh.restrict(set(_FAMILY.get(kw, _ALL_KINDS)), message, *at)
+        value = node[kw]
+        if kw in ("minimum", "exclusiveMinimum"):
+            strict = kw == "exclusiveMinimum" or (self.doc.draft4 and node.get("exclusiveMinimum") is True)
+            sh.upper(_to_decimal(value), not strict, at)
+        elif kw in ("maximum", "exclusiveMaximum"):
+            strict = kw == "exclusiveMaximum" or (self.doc.draft4 and node.get("exclusiveMaximum") is True)
+            sh.lower(_to_decimal(value), not strict, at)
+        elif kw == "minLength":
+            if value == 0:
+                sh.restrict(set(), message, *at)
+            elif sh.max_len is None or value - 1 < sh.max_len:
+                sh.max_len, sh.max_len_at = int(value) - 1, at
+        elif kw == "maxLength":
+            if value + 1 > sh.min_len:
+                sh.min_len, sh.min_len_at = int(value) + 1, at
+        elif kw == "pattern":
+            sh.neg_patterns.append((value, at[0]))
+        elif kw == "multipleOf":
+            sh.neg_multiples.append((_to_decimal(value), at[0]))
+        elif kw == "format":
+            if value in _FORMATS:
+                sh.neg_formats.append((value, at[0]))
+            elif value in _UNSUPPORTED_FORMATS:
+                self.refuse(at[0], kw, f"cannot negate the unsupported format {value!r}", "ignored")
+            else:
+                sh.restrict(set(), message, *at)  # an unknown format holds for every string
+        elif kw == "minItems":
+            if value == 0:
+                sh.restrict(set(), message, *at)
+            elif sh.max_items is None or value - 1 < sh.max_items:
+                sh.max_items, sh.max_items_at = int(value) - 1, at
+        elif kw == "maxItems":
+            if value + 1 > sh.min_items:
+                sh.min_items, sh.min_items_at = int(value) + 1, at
+        elif kw == "minProperties":
+            if value == 0:
+                sh.restrict(set(), message, *at)
+            elif sh.max_props is None or value - 1 < sh.max_props:
+                sh.max_props, sh.max_props_at = int(value) - 1, at
+        elif kw == "maxProperties":
+            if value + 1 > sh.min_props:
+                sh.min_props, sh.min_props_at = int(value) + 1, at
+        else:  # pragma: no cover
+            raise AssertionError(kw)
+
+    # -- emission --------------------------------------------------------------------------------------------
+
+    def emit(self, sh: _Shape, depth: int | None, name: str) -> Expr:
+        options: list[Expr] = []
+        failures: list[_Unsatisfiable] = []
+
+        def attempt(make) -> None:
+            try:
+                expr = make()
+            except _Unsatisfiable as exc:
+                failures.append(exc)
+                return
+            if expr is not None:
+                options.append(expr)
+
+        kinds = sh.kinds
+        if "null" in kinds:
+            options.append(self.shared("null"))
+        if "boolean" in kinds:
+            for value in (True, False):
+                if value in sh.bools:
+                    options.append(self.shared("true" if value else "false"))
+        if kinds & {"int", "frac"}:
+            attempt(lambda: self.number_expr(sh))
+        if "string" in kinds:
+            attempt(lambda: self.string_expr(sh))
+        if "array" in kinds:
+            attempt(lambda: self.array_expr(sh, depth, name))
+        if "object" in kinds:
+            attempt(lambda: self.object_expr(sh, depth, name))
+        if not options:
+            if failures:
+                raise failures[0]
+            message, ptr, keyword = sh.emptied or ("no JSON value satisfies the schema", "", None)
+            raise self.unsatisfiable(message, ptr, keyword)
+        return options[0] if len(options) == 1 else Alt(tuple(options))
+
+    # -- numbers ---------------------------------------------------------------------------------------------
+
+    def number_expr(self, sh: _Shape) -> Expr:
+        int_ok, frac_ok = "int" in sh.kinds, "frac" in sh.kinds
+        lo, ls, hi, hs = sh.lo, sh.lo_strict, sh.hi, sh.hi_strict
+        if lo is not None and hi is not None and (lo > hi or (lo == hi and (ls or hs))):
+            raise self.unsatisfiable(
+                f"{sh.lo_at[1]} {_num_text(lo)} and {sh.hi_at[1]} {_num_text(hi)} leave no number", *sh.lo_at
+            )
+        if lo is None and hi is None and not sh.multiples and not sh.neg_multiples and not sh.num_excluded:
+            if int_ok and frac_ok:
+                return self.shared("json_number")
+            return self.shared("json_integer" if int_ok else "json_fraction")
+        with localcontext() as ctx:
+            ctx.prec = 2000
+            # split the interval at the excluded values
+            cuts = sorted(v for v in sh.num_excluded if (lo is None or v >= lo) and (hi is None or v <= hi))
+            intervals = []
+            a, a_strict = lo, ls
+            for v in cuts:
+                intervals.append((a, a_strict, v, True))
+                a, a_strict = v, True
+            intervals.append((a, a_strict, hi, hs))
+            pieces = []
+            for a, a_strict, b, b_strict in intervals:
+                if int_ok and not frac_ok:
+                    ai = None if a is None else _int_above(a, a_strict)
+                    bi = None if b is None else _int_below(b, b_strict)
+                    rx = _int_range(ai, bi)
+                else:
+                    if a is not None and b is not None and (a > b or (a == b and (a_strict or b_strict))):
+                        continue
+                    rx = _decimal_range(a, a_strict, b, b_strict, nonint=not int_ok)
+                if rx is not None:
+                    pieces.append(rx)
+            if not pieces:
+                at = sh.lo_at if lo is not None else sh.hi_at
+                raise self.unsatisfiable("no number satisfies the bounds and exclusions", *at)
+            rx = pieces[0] if len(pieces) == 1 else "(?:" + "|".join(pieces) + ")"
+            if not sh.multiples and not sh.neg_multiples:
+                return Regex(rx)
+            return self.multiples_expr(sh, rx, int_ok, frac_ok)
+
+    def multiples_expr(self, sh: _Shape, range_rx: str, int_ok: bool, frac_ok: bool) -> Expr:
+        lo, ls, hi, hs = sh.lo, sh.lo_strict, sh.hi, sh.hi_strict
+        ms = [m for m, _ in sh.multiples]
+        not_ms = [m for m, _ in sh.neg_multiples]
+        first_m, at = (sh.multiples or sh.neg_multiples)[0]
+        if lo is not None and hi is not None and ms:
+            step = max(ms)
+            first = _ceil(lo / step)
+            last = _floor(hi / step)
+            if last - first + 1 <= MAX_ENUMERATED_MULTIPLES:
+                literals = []
+                for i in range(first, last + 1):
+                    v = step * i
+                    if (ls and v == lo) or (hs and v == hi) or v < lo or v > hi or v in sh.num_excluded:
+                        continue
+                    integral = v == v.to_integral_value()
+                    if (integral and not int_ok) or (not integral and not frac_ok):
+                        continue
+                    if any(v % m != 0 for m in ms) or any(v % m == 0 for m in not_ms):
+                        continue
+                    literals.append(str(int(v)) if integral else format(v.normalize(), "f"))
+                if not literals:
+                    raise self.unsatisfiable("no multiple of multipleOf lies within the bounds", at, "multipleOf")
+                return Regex("(?:" + "|".join(re.escape(t) for t in literals) + ")")
+        try:
+            d = _CDFA.from_regex(range_rx)
+            for m, ptr in sh.multiples:
+                d = d.intersect(_modulus_cdfa(m)).minimized()
+            for m, ptr in sh.neg_multiples:
+                d = d.minus(_modulus_cdfa(m)).minimized()
+            if d.is_empty():
+                raise self.unsatisfiable("no number satisfies multipleOf and the bounds", at, "multipleOf")
+            if d.n > MAX_AUTOMATON_STATES // 4:
+                raise _TooLarge("states")
+            try:
+                return self.automaton_expr(d, budget=8_000)
+            except _TooLarge:
+                return self.digit_rules(d)
+        except _TooLarge:
+            self.refuse(at, "multipleOf", f"multipleOf {first_m} needs too large an automaton", "ignored")
+            return Regex(range_rx)
+
+    # -- strings ---------------------------------------------------------------------------------------------
+
+    def string_expr(self, sh: _Shape) -> Expr:
+        if sh.max_len is not None and sh.min_len > sh.max_len:
+            raise self.unsatisfiable(f"minLength {sh.min_len} is above maxLength {sh.max_len}", *sh.min_len_at)
+        decoded = sh.patterns or sh.formats or sh.str_excluded or sh.neg_patterns or sh.neg_formats
+        if not decoded:
+            if sh.min_len == 0 and sh.max_len is None:
+                return self.shared("json_string")
+            return self.length_expr(sh.min_len, sh.max_len)
+        if (
+            len(sh.formats) == 1 and not sh.patterns and not sh.str_excluded and not sh.neg_patterns
+            and not sh.neg_formats and sh.min_len == 0 and sh.max_len is None
+        ):  # fmt: skip
+            return Regex(_quoted(_FORMATS_ENCODED[sh.formats[0][0]]))
+        at = (sh.patterns or sh.formats or sh.neg_patterns or sh.neg_formats or [("", "")])[0][1]
+        try:
+            d = self.string_cdfa(sh)
+        except _TooLarge:
+            self.refuse(at, "pattern" if sh.patterns else "format", "the string constraints need too large an automaton", "any string allowed")
+            return self.shared("json_string")
+        if d is None:
+            return self.length_expr(sh.min_len, sh.max_len)
+        if len(sh.patterns) + len(sh.formats) == 1 and not (sh.str_excluded or sh.neg_patterns or sh.neg_formats):
+            # The pattern's own text is far smaller than a regex written back from its automaton: use it when it
+            # means exactly the same encoded language (it needs no escapes, and any length bound is redundant).
+            if sh.patterns:
+                pattern = sh.patterns[0][0]
+                start = pattern.startswith("^")
+                end = pattern.endswith("$") and (len(pattern) - len(pattern[:-1].rstrip("\\")) - 1) % 2 == 0
+                body = pattern[1 if start else 0 : len(pattern) - 1 if end else len(pattern)]
+                candidates = [body, _encode_pattern_text(body)]
+                texts = [
+                    ("" if start else f"{_CHAR}*") + f"(?:{b})" + ("" if end else f"{_CHAR}*") for b in candidates if b is not None
+                ]
+            else:
+                texts = [_FORMATS_ENCODED[sh.formats[0][0]]]
+            for text in dict.fromkeys(texts):
+                if self.same_language(text, d):
+                    return Regex(_quoted(text))
+        body = self.encoded(d, at, "pattern" if sh.patterns else "format")
+        if body is None:
+            return self.shared("json_string")
+        return _quote_expr(body)
+
+    def same_language(self, text: str, decoded: _CDFA) -> bool:
+        """Whether the regex ``text`` (usable as a grammar terminal) matches exactly the canonical encodings of
+        the decoded language."""
+        from ..automaton import ByteNFA
+        from .regex import add_regex
+
+        try:
+            nfa = ByteNFA()
+            add_regex(nfa, text, nfa.new_state(), nfa.new_state(), anchors=False)
+            mine = _CDFA.from_regex(text).minimized()
+        except (RegexError, _TooLarge, StructureError):
+            return False
+        if mine.n > MAX_AUTOMATON_STATES:
+            return False
+        try:
+            enc = decoded.encode_json().minimized()
+            return mine.minus(enc).is_empty() and enc.minus(mine).is_empty()
+        except _TooLarge:
+            return False
+
+    def search(self, pattern: str, ptr: str) -> _CDFA | None:
+        """Strings in which ``pattern`` matches somewhere (ECMAScript ``pattern`` semantics)."""
+        hit = self._search_cache.get(pattern)
+        if hit is not None:
+            return hit
+        try:
+            d = _CDFA.from_regex(f"(?s:.)*(?:{pattern})(?s:.)*").minimized()
+        except (RegexError, _TooLarge) as exc:
+            kw = ptr.rsplit("/", 2)[-2] if "/patternProperties/" in ptr else "pattern"
+            self.refuse(ptr, kw, f"unsupported regex {pattern!r}: {exc}", "ignored")
+            return None
+        self._search_cache[pattern] = d
+        return d
+
+    def string_cdfa(self, sh: _Shape) -> _CDFA | None:
+        """The decoded strings ``sh`` allows, or None when the string constraints are only lengths."""
+        if not (sh.patterns or sh.formats or sh.str_excluded or sh.neg_patterns or sh.neg_formats):
+            return None
+        d = _CDFA.universal()
+        first = None
+        for pattern, ptr in sh.patterns:
+            c = self.search(pattern, ptr)
+            if c is not None:
+                d = d.intersect(c).minimized()
+                first = first or (ptr, "pattern")
+        for name, ptr in sh.formats:
+            d = d.intersect(_CDFA.from_regex(_FORMATS[name])).minimized()
+            first = first or (ptr, "format")
+        if sh.str_excluded:
+            d = d.minus(_CDFA.literals(sorted(sh.str_excluded))).minimized()
+        for pattern, ptr in sh.neg_patterns:
+            c = self.search(pattern, ptr)
+            if c is not None:
+                d = d.minus(c).minimized()
+        for name, ptr in sh.neg_formats:
+            d = d.minus(_CDFA.from_regex(_FORMATS[name])).minimized()
+        if d.is_empty():
+            ptr, kw = first or (sh.neg_patterns or sh.neg_formats or [("", "")])[0][1], "pattern"
+            raise self.unsatisfiable("no string satisfies the pattern/format constraints together", ptr, kw)
+        if sh.min_len > 0 or sh.max_len is not None:
+            shortest, longest = d.length_range()
+            if shortest >= sh.min_len and (sh.max_len is None or (longest is not None and longest <= sh.max_len)):
+                return d
+            try:
+                if d.n * ((sh.max_len if sh.max_len is not None else sh.min_len) + 1) > MAX_LENGTH_PRODUCT:
+                    raise _TooLarge("length product")
+                d = d.intersect(_CDFA.length(sh.min_len, sh.max_len)).minimized()
+            except _TooLarge:
+                at = sh.max_len_at if sh.max_len is not None else sh.min_len_at
+                self.refuse(at[0], at[1], "a long length bound together with a pattern or format needs too large an automaton", "ignored")
+                return d
+            if d.is_empty():
+                at = sh.max_len_at if sh.max_len is not None else sh.min_len_at
+                raise self.unsatisfiable("no string of the allowed lengths satisfies the pattern/format", *at)
+        return d
+
+    def encoded(self, d: _CDFA, ptr: str, keyword: str) -> Expr | None:
+        """The canonical JSON string bodies of the decoded language ``d`` (None when refused)."""
+        try:
+            enc = d.encode_json().minimized()
+            if enc.n > 1500:
+                raise _TooLarge("states")
+            return self.automaton_expr(enc)
+        except _TooLarge:
+            self.refuse(ptr, keyword, "the string constraints need too large a regex", "any string allowed")
+            return None
+
+    def automaton_expr(self, d: _CDFA, budget: int = MAX_REGEX_CHARS) -> Regex:
+        """The language of ``d`` as one regex (raises _TooLarge past the budget)."""
+        ast = _eliminate(d, budget)
+        if ast is None:
+            raise _TooLarge("empty")
+        if _ast_depth(ast) > MAX_REGEX_DEPTH:
+            raise _TooLarge("nesting")  # the regex parser recurses per group
+        return Regex(_render(ast))
+
+    def digit_rules(self, d: _CDFA) -> Ref:
+        """The language of ``d`` (a number automaton) as right-linear rules: one rule per state, one call per
+        character read. Exact and deterministic at any size of automaton, but the stack grows with the number
+        of digits, so this is kept for what no regex of reasonable size can express (remainders)."""
+        prefix = f"digits{len(self.rules)}."
+        while any(name.startswith(prefix) for name in self.rules):
+            prefix += "x"
+        for state in range(d.n):
+            by_target: dict[int, list[tuple[int, int]]] = defaultdict(list)
+            for lo, hi, t in d.edges[state]:
+                by_target[t].append((lo, hi))
+            options: list[Expr] = [
+                Seq((Regex(_class_text(_merge_ranges(ranges))), Ref(f"{prefix}{t}"))) for t, ranges in by_target.items()
+            ]
+            if d.accept[state]:
+                options.append(Seq(()))
+            self.rules[f"{prefix}{state}"] = options[0] if len(options) == 1 else Alt(tuple(options))
+        return Ref(f"{prefix}0")
+
+    def length_expr(self, lo: int, hi: int | None) -> Expr:
+        quote_ = Literal('"')
+        top = hi if hi is not None else lo
+        if top <= LENGTH_BLOCK_THRESHOLD:
+            count = f"{{{lo},}}" if hi is None else f"{{{lo},{hi}}}"
+            return Regex(f'"{_CHAR}{count}"')
+        b = LENGTH_BLOCK
+        block = self.shared(f"json_chars_{b}")
+        if hi is None:
+            q, r = divmod(lo, b)
+            return Seq((quote_, Repeat(block, q, q), Regex(f"{_CHAR}{{{r},}}"), quote_))
+        groups: list[list[int]] = []  # [k_first, k_last, r_lo, r_hi]
+        for k in range(hi // b + 1):
+            r_lo, r_hi = max(0, lo - k * b), min(b - 1, hi - k * b)
+            if r_lo > r_hi:
+                continue
+            if groups and groups[-1][1] == k - 1 and groups[-1][2:] == [r_lo, r_hi]:
+                groups[-1][1] = k
+            else:
+                groups.append([k, k, r_lo, r_hi])
+        options = tuple(Seq((Repeat(block, k1, k2), Regex(f"{_CHAR}{{{r1},{r2}}}"))) for k1, k2, r1, r2 in groups)
+        return Seq((quote_, options[0] if len(options) == 1 else Alt(options), quote_))
+
+    # -- arrays ----------------------------------------------------------------------------------------------
+
+    def array_expr(self, sh: _Shape, depth: int | None, name: str) -> Expr:
+        if sh.max_items is not None and sh.min_items > sh.max_items:
+            raise self.unsatisfiable(f"minItems {sh.min_items} is above maxItems {sh.max_items}", *sh.min_items_at)
+        lay = self.layout(depth)
+        cd = self.child_depth(depth)
+        prefixes: list[list[str]] = []
+        rests: list[str | None] = []
+        contains: list[tuple[str, int, int | None]] = []
+        for part in sh.array_parts:
+            node = self.node(part.ptr)
+            live = set(self.live_keys(part))
+            items = node.get("items") if "items" in live else None
+            if isinstance(items, list):
+                prefix = [f"{part.ptr}/items/{i}" for i in range(len(items))]
+                rest = f"{part.ptr}/additionalItems" if "additionalItems" in live else None
+            else:
+                prefix = []
+                if "prefixItems" in live and "prefixItems" in self.doc.keywords:
+                    prefix = [f"{part.ptr}/prefixItems/{i}" for i in range(len(node["prefixItems"]))]
+                rest = f"{part.ptr}/items" if items is not None else None
+            if "contains" in live and "contains" in self.doc.keywords:
+                has_counts = not self.doc.legacy
+                low = node.get("minContains", 1) if has_counts else 1
+                high = node.get("maxContains") if has_counts else None
+                contains.append((f"{part.ptr}/contains", int(low), None if high is None else int(high)))
+            if "unevaluatedItems" in live and self.known_here("unevaluatedItems"):
+                prefix, rest = self.unevaluated_items(part, prefix, rest, sh)
+            prefixes.append(prefix)
+            rests.append(rest)
+        max_n = sh.max_items
+        elements: list[Ref] = []
+        k = max((len(p) for p in prefixes), default=0)
+        for i in range(k):
+            if max_n is not None and i >= max_n:
+                break
+            conj = [p[i] if i < len(p) else r for p, r in zip(prefixes, rests) if i < len(p) or r is not None]
+            conj = [x for x in conj if x is not None]
+            try:
+                elements.append(self.conj([_Part(x) for x in conj], cd))
+            except _Unsatisfiable:
+                max_n = i
+                break
+        rest_parts = [_Part(r) for r in rests if r is not None]
+        rest_expr: Ref | None = None
+        if max_n is None or max_n > len(elements):
+            try:
+                rest_expr = self.conj(rest_parts, cd)
+            except _Unsatisfiable:
+                rest_expr = None
+        if rest_expr is None:
+            max_n = len(elements) if max_n is None else min(max_n, len(elements))
+        if max_n is not None and sh.min_items > max_n:
+            at = sh.min_items_at if sh.min_items_at[0] else (sh.array_parts[0].ptr + "/items", "items")
+            raise self.unsatisfiable(f"at least {sh.min_items} items are needed but at most {max_n} can be valid", *at)
+        if sh.unique is not None and (max_n is None or max_n > 1):
+            self.refuse(sh.unique, "uniqueItems", "uniqueness of array items cannot be expressed by a grammar", "dropped")
+        if contains:
+            low = max(c[1] for c in contains)
+            if len(contains) > 1 or elements:
+                if low > 0 or any(c[2] is not None for c in contains):
+                    self.refuse(contains[0][0], "contains", "contains is supported only once per array and without prefix items", "ignored")
+            elif not (contains[0][1] == 0 and contains[0][2] is None):
+                return self.contains_expr(sh, contains[0], rest_parts, rest_expr, max_n, lay, cd)
+        k = len(elements)
+        tail: Expr | None = None
+        if rest_expr is not None and (max_n is None or max_n > k):
+            tail = Repeat(Seq((lay.comma, rest_expr)), max(0, sh.min_items - k), None if max_n is None else max_n - k)
+        nonempty: Expr | None
+        if k == 0:
+            if rest_expr is None or max_n == 0:
+                nonempty = None
+            else:
+                more = Repeat(Seq((lay.comma, rest_expr)), max(0, sh.min_items - 1), None if max_n is None else max_n - 1)
+                nonempty = Seq((rest_expr, more))
+        else:
+            x = tail
+            nonempty = None
+            for i in reversed(range(k)):
+                s_i = Seq((elements[i],) + ((x,) if x is not None else ()))
+                if i == 0:
+                    nonempty = s_i
+                    break
+                item = Seq((lay.comma, s_i))
+                x = item if i < sh.min_items else Repeat(item, 0, 1)
+        return self.bracketed(nonempty, sh.min_items == 0, lay.arr_open, lay.arr_close, lay.arr_empty, sh.min_items_at)
+
+    def bracketed(self, nonempty, empty_ok, open_, close, empty, at) -> Expr:
+        options = []
+        if empty_ok:
+            options.append(empty)
+        if nonempty is not None:
+            options.append(Seq((open_, nonempty, close)))
+        if not options:
+            raise self.unsatisfiable("no container satisfies the constraints", *at)
+        return options[0] if len(options) == 1 else Alt(tuple(options))
+
+    def contains_expr(self, sh, contains, rest_parts, rest_expr, max_n, lay, cd) -> Expr:
+        c_ptr, min_c, max_c = contains
+        at = (c_ptr, "contains")
+        match = None
+        try:
+            match = self.conj(rest_parts + [_Part(c_ptr)], cd)
+        except _Unsatisfiable:
+            pass
+        if max_c is not None:
+            try:
+                negations = self.negate(c_ptr)
+            except _NotNegatable as exc:
+                self.refuse(c_ptr.rsplit("/", 1)[0] + "/maxContains", "maxContains", str(exc), "ignored")
+                max_c = None
+            else:
+                others = []
+                for d in negations:
+                    try:
+                        ref = self.conj(rest_parts + list(d), cd)
+                    except _Unsatisfiable:
+                        continue
+                    if ref not in others:
+                        others.append(ref)
+                other: Expr | None = None if not others else others[0] if len(others) == 1 else Alt(tuple(others))
+        if max_c is None:
+            other = rest_expr
+        if match is None:
+            if min_c > 0:
+                raise self.unsatisfiable("no item can satisfy contains", *at)
+        if max_n is None:
+            t_cap = max(sh.min_items, 1)
+        else:
+            t_cap = max_n
+        c_cap = min_c if max_c is None else max_c
+        if (t_cap + 1) * (c_cap + 1) > 2000:
+            self.refuse(c_ptr, "contains", "the item counts need too large an automaton", "ignored")
+            return self.bracketed(None, True, lay.arr_open, lay.arr_close, lay.arr_empty, at)
+        index: dict[tuple[int, int], int] = {}
+        order: list[tuple[int, int]] = []
+
+        def state(t: int, c: int) -> int:
+            if (t, c) not in index:
+                index[(t, c)] = len(order)
+                order.append((t, c))
+            return index[(t, c)]
+
+        state(0, 0)
+        edges: list[list[tuple[int, int, int]]] = []
+        accept: list[bool] = []
+        i = 0
+        while i < len(order):
+            t, c = order[i]
+            row = []
+            t2 = t + 1
+            if max_n is None:
+                t2 = min(t2, t_cap)
+            if max_n is None or t + 1 <= max_n:
+                first = 0 if t == 0 else 2
+                if other is not None:
+                    row.append((first, first, state(t2, c)))
+                if match is not None:
+                    c2 = c + 1 if max_c is not None else min(c + 1, c_cap)
+                    if max_c is None or c2 <= max_c:
+                        row.append((first + 1, first + 1, state(t2, c2)))
+            edges.append(row)
+            accept.append(t >= sh.min_items and c >= min_c)
+            i += 1
+        dfa = _CDFA(edges, accept)
+        empty_ok = accept[0]
+        dfa.accept[0] = False
+        dfa = dfa.minimized()
+        ast = None if dfa.is_empty() else dfa.to_ast()
+        symbols = [
+            other or Seq(()), match or Seq(()), Seq((lay.comma, other or Seq(()))), Seq((lay.comma, match or Seq(()))),
+        ]  # fmt: skip
+        nonempty = None if ast is None else _ast_to_expr(ast, symbols)
+        return self.bracketed(nonempty, empty_ok, lay.arr_open, lay.arr_close, lay.arr_empty, at)
+
+    def unevaluated_items(self, part: _Part, prefix: list, rest: str | None, sh: _Shape) -> tuple[list, str | None]:
+        """``unevaluatedItems`` of ``part``: items past every prefix evaluated in place (in this conjunction)."""
+        if rest is not None:
+            return prefix, rest  # "items" evaluates every item past the prefix
+        ptr = f"{part.ptr}/unevaluatedItems"
+        length = len(prefix)
+        evaluates_all = False
+        with_contains = "contains" in self.live_keys(part)
+        scope = self.in_place(part.ptr)
+        for q in sh.parts:
+            if q.neg is not None or q.ptr not in scope or q.ptr == part.ptr:
+                continue
+            qnode = self.node(q.ptr)
+            qlive = set(self.live_keys(q))
+            items = qnode.get("items") if "items" in qlive else None
+            if isinstance(items, list):
+                length = max(length, len(items))
+                evaluates_all |= "additionalItems" in qlive
+            elif items is not None:
+                evaluates_all = True
+            if "prefixItems" in qlive:
+                length = max(length, len(qnode["prefixItems"]))
+            evaluates_all |= "unevaluatedItems" in qlive
+            with_contains |= "contains" in qlive
+        if evaluates_all:
+            return prefix, None
+        if with_contains:
+            self.refuse(ptr, "unevaluatedItems", "unevaluatedItems together with contains is not supported", "ignored")
+            return prefix, None
+        return prefix + [None] * (length - len(prefix)), ptr
+
+    # -- objects ---------------------------------------------------------------------------------------------
+
+    def object_expr(self, sh: _Shape, depth: int | None, name: str) -> Expr:
+        if sh.max_props is not None and sh.min_props > sh.max_props:
+            raise self.unsatisfiable(f"minProperties {sh.min_props} is above maxProperties {sh.max_props}", *sh.min_props_at)
+        lay = self.layout(depth)
+        cd = self.child_depth(depth)
+        infos = [self.object_info(part, sh) for part in sh.object_parts]
+        closed = (not self.ap_default) and any(i.props for i in infos) and not any(
+            i.patterns or i.additional or i.unevaluated for i in infos
+        )
+        names: list[str] = []
+        for info in infos:
+            names.extend(n for n in info.props if n not in names)
+        names.extend(n for n in sh.required if n not in names)
+        names.extend(n for n in sh.forbidden if n not in names)
+        items: list[tuple[str, Expr, bool]] = []
+        for key in names:
+            value = None
+            if key not in sh.forbidden:
+                vparts: list[str] = []
+                declared = False
+                for info in infos:
+                    matched = False
+                    if key in info.props:
+                        vparts.append(info.props[key])
+                        matched = True
+                    for pattern, pptr in info.patterns:
+                        c = self.search(pattern, pptr)
+                        if c is not None and c.accepts(key):
+                            vparts.append(pptr)
+                            matched = True
+                    declared = declared or matched
+                    if info.additional is not None and not matched:
+                        vparts.append(info.additional)
+                    if info.unevaluated is not None and not info.evaluates(self, key):
+                        vparts.append(info.unevaluated)
+                cause = None
+                if closed and not declared and key not in sh.required:
+                    cause = "additional properties are closed (additional_properties_default=False)"
+                elif not self.name_allowed(sh, key):
+                    cause = "the name fails propertyNames"
+                else:
+                    try:
+                        value = self.conj([_Part(v) for v in vparts], cd)
+                    except _Unsatisfiable as exc:
+                        value, cause = None, exc
+            else:
+                cause = "it is excluded"
+            required = key in sh.required
+            if value is None:
+                if required:
+                    if isinstance(cause, _Unsatisfiable):
+                        raise _Unsatisfiable(
+                            f"the required property {key!r} (required at {_clean_pointer(sh.required[key])!r}) "
+                            f"cannot be present: {cause.reason}", cause.pointer, cause.keyword
+                        )
+                    raise self.unsatisfiable(f"the required property {key!r} cannot be present: {cause}", sh.required[key], "required")
+                continue
+            items.append((key, Seq((Literal(json.dumps(key, ensure_ascii=False)), lay.colon, value)), required))
+        extra = None if closed else self.additional_member(sh, infos, names, lay, cd)
+        if extra is not None and not isinstance(extra, Ref):
+            self.rules[f"{name}/additional"] = extra  # one rule, however many places it may appear
+            extra = Ref(f"{name}/additional")
+        n_req = sum(1 for it in items if it[2])
+        max_possible = None if extra is not None else len(items)
+        if max_possible is not None and sh.min_props > max_possible:
+            raise self.unsatisfiable(f"minProperties {sh.min_props} but at most {max_possible} properties can be valid", *sh.min_props_at)
+        if sh.max_props is not None and sh.max_props < n_req:
+            raise self.unsatisfiable(f"maxProperties {sh.max_props} is below the {n_req} required properties", *sh.max_props_at)
+        counting = sh.min_props > n_req or (sh.max_props is not None and (max_possible is None or sh.max_props < max_possible))
+        if extra is not None and sh.min_props - n_req >= 2:
+            # Additional keys may repeat (a grammar cannot remember them); a repeated key would count twice here
+            # and once in the parsed object.
+            self.refuse(
+                *sh.min_props_at, "minProperties could be met by repeating an additional property's key",
+                "kept; a repeated key counts twice",
+            )  # fmt: skip
+        if counting:
+            result = self.members_counted(items, extra, sh, lay, name)
+        else:
+            result = None
+        if result is None:
+            result = self.members_plain(items, extra, lay, name)
+        nonempty, empty_ok = result
+        at = sh.min_props_at if sh.min_props_at[0] else ((sh.object_parts[0].ptr if sh.object_parts else ""), "properties")
+        return self.bracketed(nonempty, empty_ok, lay.obj_open, lay.obj_close, lay.obj_empty, at)
+
+    def name_allowed(self, sh: _Shape, key: str) -> bool:
+        if not sh.prop_names:
+            return True
+        try:
+            return self.doc.is_valid(sh.prop_names, key)
+        except Exception as exc:
+            raise JsonSchemaError(f"cannot evaluate propertyNames: {exc}", _clean_pointer(sh.prop_names[0].ptr), "propertyNames") from None
+
+    def property_names_cdfa(self, sh: _Shape) -> _CDFA | None:
+        if not sh.prop_names:
+            return None
+        at = sh.prop_names[0].ptr
+        try:
+            parts = self.normalise(sh.prop_names)
+        except _Unsatisfiable:
+            return _CDFA.empty()
+        if not parts:
+            return None
+        for part in parts:
+            node = self.node(part.ptr) if part.neg is None else {}
+            for kw in ("const", "enum"):
+                if kw in node and kw not in part.skip:
+                    values = [node[kw]] if kw == "const" else node[kw]
+                    names = [v for v in values if isinstance(v, str) and self.doc.is_valid(parts, v)]
+                    return _CDFA.literals(names).minimized()
+            if part.neg is None and any(kw in node and kw not in part.skip for kw in _BRANCHING):
+                self.refuse(at, "propertyNames", "only string constraints and enums are supported in propertyNames", "ignored")
+                return None
+        sub = self.merge(parts)
+        if "string" not in sub.kinds:
+            return _CDFA.empty()
+        d = self.string_cdfa(sub)
+        if sub.min_len > 0 or sub.max_len is not None:
+            if sub.max_len is not None and sub.min_len > sub.max_len:
+                return _CDFA.empty()
+            length = _CDFA.length(sub.min_len, sub.max_len)
+            d = length if d is None else d.intersect(length).minimized()
+        return d
+
+    def additional_member(self, sh: _Shape, infos, names: list[str], lay: _Layout, cd: int | None) -> Expr | None:
+        patterns: dict[str, str] = {}  # pattern -> a pointer where it appears
+        for info in infos:
+            for p, pp in info.patterns + info.evaluated_patterns:
+                patterns.setdefault(p, pp)
+        if len(patterns) > MAX_PATTERN_PROPERTIES:
+            ptr = next(iter(patterns.values()))
+            self.refuse(
+                ptr.rsplit("/", 1)[0], "patternProperties",
+                f"more than {MAX_PATTERN_PROPERTIES} patternProperties apply to one object", "no additional properties",
+            )  # fmt: skip
+            return None
+        search_of = {p: self.search(p, pp) for p, pp in patterns.items()}
+        if any(c is None for c in search_of.values()):
+            return None  # lenient: an unsupported pattern; additional properties are not produced
+        order = list(patterns)
+        try:
+            allowed_names = self.property_names_cdfa(sh)
+        except _TooLarge:
+            self.refuse(sh.prop_names[0].ptr, "propertyNames", "propertyNames needs too large an automaton", "ignored")
+            allowed_names = None
+        members: list[Expr] = []
+        for mask in range(2 ** len(order)):
+            chosen = {p for i, p in enumerate(order) if mask >> i & 1}
+            vparts: list[str] = []
+            for info in infos:
+                hit = [pp for p, pp in info.patterns if p in chosen]
+                vparts.extend(hit)
+                if not hit and info.additional is not None:
+                    vparts.append(info.additional)
+                if info.unevaluated is not None and not info.evaluates_all and not any(
+                    p in chosen for p, _ in info.patterns + info.evaluated_patterns
+                ):
+                    vparts.append(info.unevaluated)
+            try:
+                value = self.conj([_Part(v) for v in vparts], cd)
+            except _Unsatisfiable:
+                continue
+            if not order and allowed_names is None and not names:
+                key: Expr = self.shared("json_string")
+            elif not order and allowed_names is None:
+                key = self.key_except(names)
+            else:
+                d = _CDFA.universal()
+                try:
+                    for p in order:
+                        d = (d.intersect(search_of[p]) if p in chosen else d.minus(search_of[p])).minimized()
+                    if names:
+                        d = d.minus(_CDFA.literals(names)).minimized()
+                    if allowed_names is not None:
+                        d = d.intersect(allowed_names).minimized()
+                except _TooLarge:
+                    self.refuse(
+                        _clean_pointer(vparts[0] if vparts else ""), "patternProperties",
+                        "the keys need too large an automaton", "not produced",
+                    )  # fmt: skip
+                    continue
+                if d.is_empty():
+                    continue
+                body = self.encoded(d, vparts[0] if vparts else "", "patternProperties" if order else "propertyNames")
+                if body is None:
+                    continue
+                key = _quote_expr(body)
+            members.append(Seq((key, lay.colon, value)))
+        if not members:
+            return None
+        return members[0] if len(members) == 1 else Alt(tuple(members))
+
+    def key_except(self, names: list[str]) -> Ref:
+        """A JSON string other than the given names: a trie of their (canonically encoded) characters in which
+        leaving the trie anywhere continues with any characters. Built as grammar expressions, so its size stays
+        linear and no large regex is parsed."""
+        rule = "json_key_except:" + json.dumps(sorted(names), ensure_ascii=False)
+        if rule in self.rules:
+            return Ref(rule)
+        trie: dict = {}
+        for n in names:
+            node = trie
+            for token in re.findall(r"\\u[0-9a-f]{4}|\\.|.", json.dumps(n, ensure_ascii=False)[1:-1], re.S):
+                node = node.setdefault(token, {})
+            node[None] = True
+        def build(node: dict) -> Expr:
+            options: list[Expr] = []
+            if None not in node:
+                options.append(Seq(()))
+            tokens = [t for t in node if t is not None]
+            options.append(self.leave_trie(tokens))
+            options.extend(Seq((Literal(t), build(node[t]))) for t in tokens)
+            return options[0] if len(options) == 1 else Alt(tuple(options))
+
+        self.rules[rule] = Seq((Literal('"'), build(trie), Literal('"')))
+        return Ref(rule)
+
+    def leave_trie(self, tokens: list[str]) -> Ref:
+        """A rule for: one encoded character other than ``tokens``, then any characters (shared by every trie
+        node with the same set of next characters)."""
+        rule = "json_chars_except:" + "".join(sorted(tokens))
+        if rule not in self.rules:
+            self.rules[rule] = Seq((Regex(_char_except(tokens)), self.shared("json_chars")))
+        return Ref(rule)
+
+    def in_place(self, ptr: str) -> set[str]:
+        """Pointers of the subschemas evaluated in place of ``ptr`` (whose annotations it sees)."""
+        hit = self._in_place.get(ptr)
+        if hit is not None:
+            return hit
+        seen = {ptr}
+        work = [ptr]
+        while work:
+            q = work.pop()
+            node = self.node(q)
+            if not isinstance(node, Mapping):
+                continue
+            subs: list[str] = []
+            if "$ptr" in node:
+                subs.append(node["$ptr"])
+            for kw in ("$ref", "$dynamicRef", "$recursiveRef"):
+                if kw in node and self.known_here(kw):
+                    subs.append(self.doc.resolve(q, node[kw], kw))
+            for kw in ("allOf", "anyOf", "oneOf"):
+                if kw in node:
+                    subs.extend(f"{q}/{kw}/{i}" for i in range(len(node[kw])))
+            for kw in ("if", "then", "else"):
+                if kw in node:
+                    subs.append(f"{q}/{kw}")
+            if isinstance(node.get("dependentSchemas"), Mapping):
+                subs.extend(f"{q}/dependentSchemas/{_escape_token(k)}" for k in node["dependentSchemas"])
+            for sub in subs:
+                if sub not in seen:
+                    seen.add(sub)
+                    work.append(sub)
+        self._in_place[ptr] = seen
+        return seen
+
+    def object_info(self, part: _Part, sh: _Shape) -> _ObjectInfo:
+        node = self.node(part.ptr)
+        live = set(self.live_keys(part))
+        props = node.get("properties", {}) if "properties" in live else {}
+        pats = node.get("patternProperties", {}) if "patternProperties" in live else {}
+        info = _ObjectInfo(
+            {n: f"{part.ptr}/properties/{_escape_token(n)}" for n in props},
+            [(p, f"{part.ptr}/patternProperties/{_escape_token(p)}") for p in pats],
+            f"{part.ptr}/additionalProperties" if "additionalProperties" in live else None,
+        )
+        if "unevaluatedProperties" in live and self.known_here("unevaluatedProperties") and info.additional is None:
+            info.unevaluated = f"{part.ptr}/unevaluatedProperties"
+            info.evaluated_names = set(info.props)
+            scope = self.in_place(part.ptr)
+            for q in sh.parts:
+                if q.neg is not None or q.ptr not in scope or q.ptr == part.ptr:
+                    continue
+                qnode = self.node(q.ptr)
+                qlive = set(self.live_keys(q))
+                if "properties" in qlive:
+                    info.evaluated_names.update(qnode["properties"])
+                if "patternProperties" in qlive:
+                    info.evaluated_patterns.extend(
+                        (p, f"{q.ptr}/patternProperties/{_escape_token(p)}") for p in qnode["patternProperties"]
+                    )
+                if "additionalProperties" in qlive or "unevaluatedProperties" in qlive:
+                    info.evaluates_all = True
+            if info.evaluates_all:
+                info.unevaluated = None
+        return info
+
+    def members_plain(self, items, extra, lay: _Layout, name: str) -> tuple[Expr | None, bool]:
+        n = len(items)
+        tail_extra = Repeat(Seq((lay.comma, extra))) if extra is not None else None
+        block = 16
+
+        def emitted(i: int) -> Expr:
+            seq: list[Expr] = []
+            j = i
+            while j < n:
+                if j > i and j % block == 0 and n - j > block:
+                    rule = f"{name}/tail{j}"
+                    if rule not in self.rules:
+                        self.rules[rule] = Seq(())
+                        self.rules[rule] = emitted(j)
+                    seq.append(Ref(rule))
+                    break
+                item = Seq((lay.comma, items[j][1]))
+                seq.append(item if items[j][2] else Repeat(item, 0, 1))
+                j += 1
+            else:
+                if tail_extra is not None:
+                    seq.append(tail_extra)
+            return Seq(tuple(seq))
+
+        first_required = next((i for i, it in enumerate(items) if it[2]), None)
+        last = first_required if first_required is not None else n - 1
+        options: list[Expr] = [Seq((items[j][1], emitted(j + 1))) for j in range(last + 1)]
+        if first_required is None and extra is not None:
+            options.append(Seq((extra, tail_extra)))
+        nonempty = None if not options else options[0] if len(options) == 1 else Alt(tuple(options))
+        return nonempty, first_required is None
+
+    def members_counted(self, items, extra, sh: _Shape, lay: _Layout, name: str) -> tuple[Expr | None, bool] | None:
+        n = len(items)
+        lo, hi = sh.min_props, sh.max_props
+        cap = hi if hi is not None else lo
+        if (n + 1) * (min(cap, n) + 2) * (n + 1) > 200_000:
+            at = sh.max_props_at if hi is not None else sh.min_props_at
+            self.refuse(at[0], at[1], "counting this many optional properties needs too many rules", "ignored")
+            return None
+        required_from = [None] * (n + 1)
+        nxt = None
+        for i in reversed(range(n)):
+            if items[i][2]:
+                nxt = i
+            required_from[i] = nxt
+
+        def options_at(i: int, c: int) -> list[Expr]:
+            options: list[Expr] = []
+            sep = (lay.comma,) if c > 0 else ()
+            r = required_from[i]
+            last = r if r is not None else n - 1
+            for j in range(i, last + 1):
+                c2 = c + 1
+                if hi is not None and c2 > hi:
+                    break
+                follow = rule(j + 1, c2 if hi is not None else min(c2, cap))
+                options.append(Seq(sep + (items[j][1], follow)))
+            if r is None:
+                k_lo = max(0, lo - c)
+                k_hi = None if hi is None else hi - c
+                if extra is None:
+                    k_hi = 0
+                if k_hi is None or k_lo <= k_hi:
+                    if c > 0:
+                        options.append(Repeat(Seq((lay.comma, extra)), k_lo, k_hi) if extra is not None else Seq(()))
+                    else:
+                        if k_lo == 0:
+                            options.append(Seq(()))
+                        if extra is not None and (k_hi is None or k_hi >= 1):
+                            more = Repeat(Seq((lay.comma, extra)), max(0, k_lo - 1), None if k_hi is None else k_hi - 1)
+                            options.append(Seq((extra, more)))
+            return options
+
+        def rule(i: int, c: int) -> Ref:
+            rname = f"{name}/m{i}.{c}"
+            if rname not in self.rules and rname not in self.names:
+                self.names.add(rname)
+                options = options_at(i, c)
+                if options:
+                    self.rules[rname] = options[0] if len(options) == 1 else Alt(tuple(options))
+            return Ref(rname)
+
+        top = options_at(0, 0)
+        empty_ok = Seq(()) in top
+        top = [o for o in top if o != Seq(())]
+        nonempty = None if not top else top[0] if len(top) == 1 else Alt(tuple(top))
+        return nonempty, empty_ok
+
+    # -- the whole schema ------------------------------------------------------------------------------------
+
+    def compile(self) -> Grammar:
+        depth = 0 if self.whitespace == "indent" else None
+        root = self.conj((_Part(""),), depth)
+        self.rules["root"] = root
+        rules, start = _finalize(self.rules, "root")
+        return Grammar(rules, start)
+
+
+def _num_text(v: Decimal) -> str:
+    return format(v.normalize(), "f")
+
+
+def _floor(v: Decimal) -> int:
+    from decimal import ROUND_FLOOR
+
+    return int(v.to_integral_value(rounding=ROUND_FLOOR))
+
+
+def _ceil(v: Decimal) -> int:
+    from decimal import ROUND_CEILING
+
+    return int(v.to_integral_value(rounding=ROUND_CEILING))
+
+
+def _int_above(v: Decimal, strict: bool) -> int:
+    return _floor(v) + 1 if strict else _ceil(v)
+
+
+def _int_below(v: Decimal, strict: bool) -> int:
+    return _ceil(v) - 1 if strict else _floor(v)
+
+
+# ==============================================================================================================
+# Grammar clean-up: unproductive rules, aliases, reachability, left recursion
+
+
+def _productive(expr: Expr, ok: set[str]) -> bool:
+    if isinstance(expr, (Literal, Regex)):
+        return True
+    if isinstance(expr, Ref):
+        return expr.rule in ok
+    if isinstance(expr, Seq):
+        return all(_productive(x, ok) for x in expr.items)
+    if isinstance(expr, Alt):
+        return any(_productive(x, ok) for x in expr.items)
+    if isinstance(expr, Repeat):
+        return expr.min == 0 or _productive(expr.item, ok)
+    return False
+
+
+def _prune(expr: Expr, ok: set[str]) -> Expr | None:
+    if isinstance(expr, (Literal, Regex)):
+        return expr
+    if isinstance(expr, Ref):
+        return expr if expr.rule in ok else None
+    if isinstance(expr, Seq):
+        items = []
+        for x in expr.items:
+            y = _prune(x, ok)
+            if y is None:
+                return None
+            items.append(y)
+        return Seq(tuple(items))
+    if isinstance(expr, Alt):
+        items = [y for y in (_prune(x, ok) for x in expr.items) if y is not None]
+        if not items:
+            return None
+        return items[0] if len(items) == 1 else Alt(tuple(items))
+    if isinstance(expr, Repeat):
+        y = _prune(expr.item, ok)
+        if y is None:
+            return Seq(()) if expr.min == 0 else None
+        return Repeat(y, expr.min, expr.max)
+    return None
+
+
+def _rename(expr: Expr, alias: Mapping[str, str]) -> Expr:
+    if isinstance(expr, Ref):
+        return Ref(alias.get(expr.rule, expr.rule))
+    if isinstance(expr, Seq):
+        return Seq(tuple(_rename(x, alias) for x in expr.items))
+    if isinstance(expr, Alt):
+        return Alt(tuple(_rename(x, alias) for x in expr.items))
+    if isinstance(expr, Repeat):
+        return Repeat(_rename(expr.item, alias), expr.min, expr.max)
+    return expr
+
+
+def _refs(expr: Expr, out: set[str]) -> set[str]:
+    if isinstance(expr, Ref):
+        out.add(expr.rule)
+    elif isinstance(expr, (Seq, Alt)):
+        for x in expr.items:
+            _refs(x, out)
+    elif isinstance(expr, Repeat):
+        _refs(expr.item, out)
+    return out
+
+
+def _options(expr: Expr) -> list[Expr]:
+    return list(expr.items) if isinstance(expr, Alt) else [expr]
+
+
+def _finalize(rules: dict[str, Expr], start: str) -> tuple[dict[str, Expr], str]:
+    ok: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for name, body in rules.items():
+            if name not in ok and _productive(body, ok):
+                ok.add(name)
+                changed = True
+    if start not in ok:
+        raise _Unsatisfiable(
+            "unsatisfiable: no finite JSON value satisfies the schema (every value needs a recursion that never ends)", ""
+        )
+    rules = {name: _prune(body, ok) for name, body in rules.items() if name in ok}
+    # Alias cycles (A = B | x, B = A | y): each rule of the cycle means the union of their other options.
+    alias_edges = {
+        name: {o.rule for o in _options(body) if isinstance(o, Ref) and o.rule in rules} for name, body in rules.items()
+    }
+    for comp in _sccs(alias_edges):
+        if len(comp) == 1 and next(iter(comp)) not in alias_edges[next(iter(comp))]:
+            continue
+        union: list[Expr] = []
+        for name in sorted(comp):
+            for o in _options(rules[name]):
+                if not (isinstance(o, Ref) and o.rule in comp) and o not in union:
+                    union.append(o)
+        for name in comp:
+            rules[name] = union[0] if len(union) == 1 else Alt(tuple(union))
+    # aliases
+    alias: dict[str, str] = {}
+    for name, body in rules.items():
+        if isinstance(body, Ref) and body.rule != name:
+            alias[name] = body.rule
+    def target(name: str) -> str:
+        seen = set()
+        while name in alias and name not in seen:
+            seen.add(name)
+            name = alias[name]
+        return name
+
+    final_alias = {name: target(name) for name in alias}
+    start = final_alias.get(start, start)
+    rules = {name: _rename(body, final_alias) for name, body in rules.items() if name not in final_alias}
+    # reachability
+    keep = {start}
+    work = [start]
+    while work:
+        for r in _refs(rules[work.pop()], set()):
+            if r not in keep:
+                keep.add(r)
+                work.append(r)
+    return {name: rules[name] for name in rules if name in keep}, start
+
+
+def _sccs(graph: Mapping[str, set[str]]) -> list[set[str]]:
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on: set[str] = set()
+    stack: list[str] = []
+    out: list[set[str]] = []
+    counter = [0]
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.get(root, ()))))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            advanced = False
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                    advanced = True
+                    break
+                if w in on:
+                    low[v] = min(low[v], index[w])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = set()
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.add(w)
+                    if w == v:
+                        break
+                out.append(comp)
+    return out
+
+
+# ==============================================================================================================
+# Public API
+
+
+def schema_to_grammar(
+    schema: Any,
+    *,
+    strict: bool = True,
+    whitespace: str = "compact",
+    additional_properties_default: bool = True,
+    max_whitespace: int = 20,
+) -> tuple[Grammar, list[str]]:
+    """Lower a JSON Schema to a grammar; returns ``(grammar, relaxations)``.
+
+    ``strict`` (default): anything that cannot be honoured exactly raises :class:`JsonSchemaError`; the list of
+    relaxations is then empty. ``strict=False``: such keywords are relaxed and each relaxation is listed.
+    ``whitespace``: ``"compact"``, ``"flexible"`` (at most ``max_whitespace`` whitespace characters between
+    tokens) or ``"indent"`` (two-space indentation). ``additional_properties_default=False`` treats objects that
+    declare ``properties`` (and no ``additionalProperties``/``patternProperties``) as closed.
+    """
+    if whitespace not in ("compact", "flexible", "indent"):
+        raise ValueError(f"whitespace must be 'compact', 'flexible' or 'indent', not {whitespace!r}")
+    if not isinstance(max_whitespace, int) or max_whitespace < 0:
+        raise ValueError(f"max_whitespace must be a non-negative int, not {max_whitespace!r}")
+    compiler = _Compiler(schema, strict, whitespace, additional_properties_default, max_whitespace)
+    grammar = compiler.compile()
+    return grammar, list(compiler.notes)
+
+
+def compile_json_schema(schema: Any, vocab, **options):
+    """Compile a JSON Schema for ``vocab`` into a :class:`~constrain.pushdown.GrammarStructure`.
+
+    ``options``: those of :func:`schema_to_grammar`, and ``cache_bytes`` for the mask cache. The structure's
+    ``relaxations`` lists what lenient mode relaxed."""
+    from ..grammar import GrammarError
+    from ..pushdown import compile_grammar
+
+    grammar_options = {k: options.pop(k) for k in list(options) if k in _GRAMMAR_OPTIONS}
+    grammar, notes = schema_to_grammar(schema, **grammar_options)
+    try:
+        structure = compile_grammar(grammar, vocab, **options)
+    except GrammarError as exc:  # pragma: no cover - _finalize removes what build_pushdown refuses
+        raise JsonSchemaError(f"the schema's grammar cannot be built: {exc}") from exc
+    structure.relaxations = notes
+    return structure
+
+
+_GRAMMAR_OPTIONS = {"strict", "whitespace", "additional_properties_default", "max_whitespace"}
