@@ -32,7 +32,9 @@ from constrain.errors import StructureError
 from constrain.grammar import build_pushdown
 from constrain.pushdown import Machine
 
-SUITE = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "json-schema-test-suite" / "tests" / "draft2020-12"
+SUITE = (
+    Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "json-schema-test-suite" / "tests" / "draft2020-12"
+)
 
 _MACHINES: dict[str, tuple[Machine, list[str]]] = {}
 
@@ -92,12 +94,18 @@ CASES = [
     ({"type": "string", "maxLength": 300, "minLength": 290}, ["a" * 289, "a" * 290, "é" * 300, "a" * 301, "\n" * 295]),
     ({"type": "string", "pattern": "^[a-z]+[0-9]?$"}, ["abc", "abc1", "ABC", "", "abc12", "a"]),
     ({"type": "string", "pattern": "ab"}, ["xaby", "ab", "a", 'x"ab', "a\nb", "\\ab"]),
-    ({"type": "string", "pattern": '^a.c$'}, ["abc", 'a"c', "a\\c", "a\nc", "ac", "a\u0001c"]),
+    ({"type": "string", "pattern": "^a.c$"}, ["abc", 'a"c', "a\\c", "a\nc", "ac", "a\u0001c"]),
     ({"type": "string", "pattern": "^[a-z]+$", "minLength": 2, "maxLength": 3}, ["a", "ab", "abc", "abcd", "A1"]),
     ({"type": "string", "format": "date"}, ["2024-02-29", "2023-02-29", "2000-02-29", "1900-02-29", "2023-04-31", "x"]),
     ({"type": "string", "format": "ipv4"}, ["1.2.3.4", "255.255.255.255", "256.1.1.1", "01.1.1.1", "1.2.3"]),
-    ({"type": "string", "format": "uuid"}, ["123e4567-e89b-12d3-a456-426614174000", "123e4567e89b12d3a456426614174000"]),
-    ({"enum": [1, "a", None, [1, {"x": True}], {"k": [1.5]}]}, [1, 1.0, "a", None, [1, {"x": True}], {"k": [1.5]}, 2, True]),
+    (
+        {"type": "string", "format": "uuid"},
+        ["123e4567-e89b-12d3-a456-426614174000", "123e4567e89b12d3a456426614174000"],
+    ),
+    (
+        {"enum": [1, "a", None, [1, {"x": True}], {"k": [1.5]}]},
+        [1, 1.0, "a", None, [1, {"x": True}], {"k": [1.5]}, 2, True],
+    ),
     ({"const": {"b": 1, "a": [2]}}, [{"b": 1, "a": [2]}, {"b": 1}]),
     ({"type": ["string", "null"], "enum": ["a", None, 3]}, ["a", None, 3]),
     ({"not": {"type": "string"}}, [1, None, [], {}, "a", True]),
@@ -109,59 +117,196 @@ CASES = [
     ({"oneOf": [{"minimum": 5}, {"maximum": 10}]}, [1, 5, 7, 10, 12, "x"]),
     ({"oneOf": [{"type": "string"}, {"pattern": "^a"}]}, ["abc", "bcd", 1, None]),
     (
-        {"oneOf": [{"properties": {"kind": {"const": "a"}, "x": {"type": "integer"}}, "required": ["kind"]},
-                   {"properties": {"kind": {"const": "b"}, "y": {"type": "string"}}, "required": ["kind"]}],
-         "type": "object"},
+        {
+            "oneOf": [
+                {"properties": {"kind": {"const": "a"}, "x": {"type": "integer"}}, "required": ["kind"]},
+                {"properties": {"kind": {"const": "b"}, "y": {"type": "string"}}, "required": ["kind"]},
+            ],
+            "type": "object",
+        },
         [{"kind": "a", "x": 1}, {"kind": "b", "y": "s"}, {"kind": "c"}, {"kind": "a", "x": "s"}, {}],
     ),
-    ({"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}}, {"properties": {"a": {"minimum": 5}}, "required": ["a"]}]},
-     [{"a": 5}, {"a": 4}, {}, {"a": 5.5}, 3]),
+    (
+        {
+            "allOf": [
+                {"type": "object", "properties": {"a": {"type": "integer"}}},
+                {"properties": {"a": {"minimum": 5}}, "required": ["a"]},
+            ]
+        },
+        [{"a": 5}, {"a": 4}, {}, {"a": 5.5}, 3],
+    ),
     (
         {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}}, "required": ["b"]},
-        [{"b": 1}, {"a": "x", "b": 2}, {"a": "x"}, {"b": "x"}, {"a": "x", "b": 2, "c": [1, {"d": None}]}, {"b": 1, "é\"": 2}],
+        [
+            {"b": 1},
+            {"a": "x", "b": 2},
+            {"a": "x"},
+            {"b": "x"},
+            {"a": "x", "b": 2, "c": [1, {"d": None}]},
+            {"b": 1, 'é"': 2},
+        ],
     ),
     ({"type": "object", "properties": {"a": {}}, "additionalProperties": False}, [{}, {"a": 1}, {"b": 1}]),
-    ({"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 1, "maxProperties": 2},
-     [{}, {"a": 1}, {"a": 1, "b": 2}, {"a": 1, "b": 2, "c": 3}, {"a": "x"}]),
-    ({"type": "object", "properties": {"a": {}, "b": {}, "c": {}}, "additionalProperties": False, "minProperties": 2},
-     [{"a": 1}, {"a": 1, "c": 2}, {"b": 1, "c": 1}, {}, {"a": 1, "b": 1, "c": 1}]),
-    ({"type": "object", "patternProperties": {"^x": {"type": "integer"}, "y$": {"type": "integer", "minimum": 0}},
-      "additionalProperties": {"type": "string"}},
-     [{"x1": 1, "zy": 2, "q": "s"}, {"xy": -1}, {"xy": 1}, {"q": 1}, {"x": "s"}, {}]),
-    ({"type": "object", "propertyNames": {"pattern": "^[a-z]+$", "maxLength": 3}}, [{"ab": 1}, {"abcd": 1}, {"A": 1}, {}]),
+    (
+        {"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 1, "maxProperties": 2},
+        [{}, {"a": 1}, {"a": 1, "b": 2}, {"a": 1, "b": 2, "c": 3}, {"a": "x"}],
+    ),
+    (
+        {
+            "type": "object",
+            "properties": {"a": {}, "b": {}, "c": {}},
+            "additionalProperties": False,
+            "minProperties": 2,
+        },
+        [{"a": 1}, {"a": 1, "c": 2}, {"b": 1, "c": 1}, {}, {"a": 1, "b": 1, "c": 1}],
+    ),
+    (
+        {
+            "type": "object",
+            "patternProperties": {"^x": {"type": "integer"}, "y$": {"type": "integer", "minimum": 0}},
+            "additionalProperties": {"type": "string"},
+        },
+        [{"x1": 1, "zy": 2, "q": "s"}, {"xy": -1}, {"xy": 1}, {"q": 1}, {"x": "s"}, {}],
+    ),
+    (
+        {"type": "object", "propertyNames": {"pattern": "^[a-z]+$", "maxLength": 3}},
+        [{"ab": 1}, {"abcd": 1}, {"A": 1}, {}],
+    ),
     ({"type": "object", "propertyNames": {"enum": ["foo", "bar"]}}, [{"foo": 1}, {"foo": 1, "bar": 2}, {"baz": 1}]),
-    ({"type": "object", "properties": {"a": {}, "b": {}}, "dependentRequired": {"a": ["b"]}}, [{"a": 1, "b": 2}, {"b": 1}, {}, {"a": 1}]),
-    ({"type": "object", "properties": {"a": {}, "b": {}}, "dependentSchemas": {"a": {"properties": {"b": {"type": "string"}}}}},
-     [{"a": 1, "b": "s"}, {"a": 1, "b": 2}, {"b": 2}, {"a": 1}]),
-    ({"if": {"properties": {"k": {"const": "x"}}, "required": ["k"]}, "then": {"required": ["v"]}, "else": {"type": "object"},
-      "properties": {"k": {}, "v": {}}}, [{"k": "x", "v": 1}, {"k": "y"}, 3, {"k": "x"}, "s", {}]),
-    ({"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 3}, [[], [1], [1, 2, 3], [1, 2, 3, 4], ["a"], [1, "a"]]),
-    ({"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}], "items": False}, [[], ["a"], ["a", 1], [1], ["a", 1, 2]]),
-    ({"type": "array", "prefixItems": [{"type": "string"}], "items": {"type": "null"}, "minItems": 2}, [["a"], ["a", None], ["a", None, 1], []]),
-    ({"type": "array", "contains": {"const": 5}, "maxContains": 2, "items": {"type": "integer"}}, [[5], [1, 5, 5], [], [1], [5, 5, 5]]),
-    ({"type": "array", "contains": {"type": "string"}, "minContains": 2, "maxItems": 4}, [["a", "b"], [1, "a", 2, "b"], ["a"], ["a", "b", 1, 2, 3]]),
+    (
+        {"type": "object", "properties": {"a": {}, "b": {}}, "dependentRequired": {"a": ["b"]}},
+        [{"a": 1, "b": 2}, {"b": 1}, {}, {"a": 1}],
+    ),
+    (
+        {
+            "type": "object",
+            "properties": {"a": {}, "b": {}},
+            "dependentSchemas": {"a": {"properties": {"b": {"type": "string"}}}},
+        },
+        [{"a": 1, "b": "s"}, {"a": 1, "b": 2}, {"b": 2}, {"a": 1}],
+    ),
+    (
+        {
+            "if": {"properties": {"k": {"const": "x"}}, "required": ["k"]},
+            "then": {"required": ["v"]},
+            "else": {"type": "object"},
+            "properties": {"k": {}, "v": {}},
+        },
+        [{"k": "x", "v": 1}, {"k": "y"}, 3, {"k": "x"}, "s", {}],
+    ),
+    (
+        {"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 3},
+        [[], [1], [1, 2, 3], [1, 2, 3, 4], ["a"], [1, "a"]],
+    ),
+    (
+        {"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}], "items": False},
+        [[], ["a"], ["a", 1], [1], ["a", 1, 2]],
+    ),
+    (
+        {"type": "array", "prefixItems": [{"type": "string"}], "items": {"type": "null"}, "minItems": 2},
+        [["a"], ["a", None], ["a", None, 1], []],
+    ),
+    (
+        {"type": "array", "contains": {"const": 5}, "maxContains": 2, "items": {"type": "integer"}},
+        [[5], [1, 5, 5], [], [1], [5, 5, 5]],
+    ),
+    (
+        {"type": "array", "contains": {"type": "string"}, "minContains": 2, "maxItems": 4},
+        [["a", "b"], [1, "a", 2, "b"], ["a"], ["a", "b", 1, 2, 3]],
+    ),
     ({"type": "array", "uniqueItems": True, "maxItems": 1}, [[], [1], [1, 1]]),
+    (
+        {"type": "array", "items": {"enum": ["a", "b", 1, 1.0, None]}, "uniqueItems": True, "minItems": 1},
+        [[], ["a"], ["a", "b"], ["a", "a"], [1, None, "b", "a"], [1, 1.0], ["b", 1, "a", None, "b"], ["c"]],
+    ),
+    ({"type": "string", "pattern": "^dev|alpha|stable$"}, ["dev", "xdev", "alphax", "xstable", "stablex", "x"]),
     (True, [1, "a", None, [], {"a": [1]}]),
-    ({"$defs": {"n": {"type": "object", "properties": {"v": {"type": "integer"}, "next": {"$ref": "#/$defs/n"}},
-                      "required": ["v"], "additionalProperties": False}}, "$ref": "#/$defs/n"},
-     [{"v": 1}, {"v": 1, "next": {"v": 2, "next": {"v": 3}}}, {"v": 1, "next": {}}, {"v": 1, "x": 2}]),
-    ({"$defs": {"a~b": {"type": "integer"}, "c/d": {"type": "string"}, "e%f": {"type": "null"}},
-      "properties": {"x": {"$ref": "#/$defs/a~0b"}, "y": {"$ref": "#/$defs/c~1d"}, "z": {"$ref": "#/$defs/e%25f"}}},
-     [{"x": 1, "y": "s", "z": None}, {"x": "s"}, {"y": 1}, {"z": 0}]),
-    ({"$id": "http://example.com/root.json", "$defs": {"a": {"$id": "a.json", "type": "integer"}, "b": {"$anchor": "bee", "type": "string"}},
-      "properties": {"x": {"$ref": "a.json"}, "y": {"$ref": "#bee"}}}, [{"x": 1, "y": "s"}, {"x": "s"}, {"y": 1}]),
-    ({"$schema": "http://json-schema.org/draft-07/schema#", "definitions": {"s": {"type": "string"}},
-      "type": "array", "items": [{"$ref": "#/definitions/s"}, {"type": "integer"}], "additionalItems": False},
-     [["a", 1], ["a"], ["a", 1, 2], [1]]),
-    ({"$schema": "http://json-schema.org/draft-07/schema#", "properties": {"a": {"$ref": "#/definitions/i", "type": "string"}},
-      "definitions": {"i": {"type": "integer"}}}, [{"a": 1}, {"a": "s"}]),
-    ({"$schema": "http://json-schema.org/draft-04/schema#", "type": "number", "minimum": 1, "exclusiveMinimum": True,
-      "maximum": 3}, [1, 1.5, 3, 3.5]),
-    ({"type": "object", "properties": {"a": {"type": "integer"}}, "unevaluatedProperties": False,
-      "anyOf": [{"properties": {"b": {"type": "string"}}}, {"properties": {"c": {"type": "null"}}}]},
-     [{"a": 1}, {"a": 1, "b": "s"}, {"a": 1, "c": None}, {"a": 1, "b": "s", "c": None}, {"a": 1, "d": 1}, {"a": 1, "b": 1}]),
-    ({"type": "array", "prefixItems": [{"type": "string"}], "allOf": [{"prefixItems": [True, {"type": "integer"}]}],
-      "unevaluatedItems": False}, [["a"], ["a", 1], ["a", 1, 2], []]),
+    (
+        {
+            "$defs": {
+                "n": {
+                    "type": "object",
+                    "properties": {"v": {"type": "integer"}, "next": {"$ref": "#/$defs/n"}},
+                    "required": ["v"],
+                    "additionalProperties": False,
+                }
+            },
+            "$ref": "#/$defs/n",
+        },
+        [{"v": 1}, {"v": 1, "next": {"v": 2, "next": {"v": 3}}}, {"v": 1, "next": {}}, {"v": 1, "x": 2}],
+    ),
+    (
+        {
+            "$defs": {"a~b": {"type": "integer"}, "c/d": {"type": "string"}, "e%f": {"type": "null"}},
+            "properties": {
+                "x": {"$ref": "#/$defs/a~0b"},
+                "y": {"$ref": "#/$defs/c~1d"},
+                "z": {"$ref": "#/$defs/e%25f"},
+            },
+        },
+        [{"x": 1, "y": "s", "z": None}, {"x": "s"}, {"y": 1}, {"z": 0}],
+    ),
+    (
+        {
+            "$id": "http://example.com/root.json",
+            "$defs": {"a": {"$id": "a.json", "type": "integer"}, "b": {"$anchor": "bee", "type": "string"}},
+            "properties": {"x": {"$ref": "a.json"}, "y": {"$ref": "#bee"}},
+        },
+        [{"x": 1, "y": "s"}, {"x": "s"}, {"y": 1}],
+    ),
+    (
+        {
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "definitions": {"s": {"type": "string"}},
+            "type": "array",
+            "items": [{"$ref": "#/definitions/s"}, {"type": "integer"}],
+            "additionalItems": False,
+        },
+        [["a", 1], ["a"], ["a", 1, 2], [1]],
+    ),
+    (
+        {
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "properties": {"a": {"$ref": "#/definitions/i", "type": "string"}},
+            "definitions": {"i": {"type": "integer"}},
+        },
+        [{"a": 1}, {"a": "s"}],
+    ),
+    (
+        {
+            "$schema": "http://json-schema.org/draft-04/schema#",
+            "type": "number",
+            "minimum": 1,
+            "exclusiveMinimum": True,
+            "maximum": 3,
+        },
+        [1, 1.5, 3, 3.5],
+    ),
+    (
+        {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}},
+            "unevaluatedProperties": False,
+            "anyOf": [{"properties": {"b": {"type": "string"}}}, {"properties": {"c": {"type": "null"}}}],
+        },
+        [
+            {"a": 1},
+            {"a": 1, "b": "s"},
+            {"a": 1, "c": None},
+            {"a": 1, "b": "s", "c": None},
+            {"a": 1, "d": 1},
+            {"a": 1, "b": 1},
+        ],
+    ),
+    (
+        {
+            "type": "array",
+            "prefixItems": [{"type": "string"}],
+            "allOf": [{"prefixItems": [True, {"type": "integer"}]}],
+            "unevaluatedItems": False,
+        },
+        [["a"], ["a", 1], ["a", 1, 2], []],
+    ),
 ]
 
 
@@ -174,9 +319,14 @@ def test_draft07_spellings_without_a_declared_dialect():
     """No $schema: 2020-12 plus the draft-07 spellings (dependencies, items as a list with additionalItems)."""
     draft7 = jsonschema.Draft7Validator
     for schema, instances in [
-        ({"type": "object", "properties": {"a": {}}, "dependencies": {"a": ["b"], "c": {"required": ["d"]}}},
-         [{"a": 1, "b": 1}, {"a": 1}, {"b": 2}, {"c": 1}, {"c": 1, "d": 1}]),
-        ({"type": "array", "items": [{"type": "string"}], "additionalItems": {"type": "integer"}}, [["a", 1], ["a", "b"], [1]]),
+        (
+            {"type": "object", "properties": {"a": {}}, "dependencies": {"a": ["b"], "c": {"required": ["d"]}}},
+            [{"a": 1, "b": 1}, {"a": 1}, {"b": 2}, {"c": 1}, {"c": 1, "d": 1}],
+        ),
+        (
+            {"type": "array", "items": [{"type": "string"}], "additionalItems": {"type": "integer"}},
+            [["a", 1], ["a", "b"], [1]],
+        ),
     ]:
         m = machine(schema)
         for value in instances:
@@ -204,8 +354,20 @@ def test_strings_are_canonical_json():
 
 def test_numbers_in_canonical_decimal_form():
     m = machine({"type": "number", "minimum": 0, "maximum": 10})
-    for text, ok in [("0", True), ("10", True), ("0.5", True), ("9.999", True), ("10.0", True), ("10.01", False),
-                     ("-0", False), ("-0.0", False), ("1e1", False), ("01", False), ("1.", False), (".5", False)]:
+    for text, ok in [
+        ("0", True),
+        ("10", True),
+        ("0.5", True),
+        ("9.999", True),
+        ("10.0", True),
+        ("10.01", False),
+        ("-0", False),
+        ("-0.0", False),
+        ("1e1", False),
+        ("01", False),
+        ("1.", False),
+        (".5", False),
+    ]:
         assert accepts(m, text) == ok, text
     m = machine({"type": "number"})
     assert accepts(m, "1e5") and accepts(m, "-0.5E-3") and not accepts(m, "+1")
@@ -252,9 +414,11 @@ def test_decimal_ranges_equal_brute_force(lo, hi, lo_strict, hi_strict, nonint, 
                 assert not (pattern and pattern.fullmatch(t)), t  # never -0
                 continue
             value = Decimal(t)
-            want = (lo is None or (value > lo if lo_strict else value >= lo)) and (
-                hi is None or (value < hi if hi_strict else value <= hi)
-            ) and not (nonint and value == value.to_integral_value())
+            want = (
+                (lo is None or (value > lo if lo_strict else value >= lo))
+                and (hi is None or (value < hi if hi_strict else value <= hi))
+                and not (nonint and value == value.to_integral_value())
+            )
             assert bool(pattern and pattern.fullmatch(t)) == want, (lo, lo_strict, hi, hi_strict, nonint, t, rx)
 
 
@@ -262,7 +426,7 @@ def test_decimal_ranges_equal_brute_force(lo, hi, lo_strict, hi_strict, nonint, 
 
 
 def test_code_point_automata_intersect_subtract_and_escape():
-    words = _CDFA.literals(["ab", "a\"b", "é"])
+    words = _CDFA.literals(["ab", 'a"b', "é"])
     anything = _CDFA.universal()
     rest = anything.minus(words).minimized()
     assert not rest.accepts("ab") and rest.accepts("a") and rest.accepts("abc") and rest.accepts("")
@@ -279,8 +443,15 @@ def test_code_point_automata_intersect_subtract_and_escape():
 
 ERRORS = [
     ({"type": "integer", "minimum": 5, "maximum": 3}, "/minimum", "minimum"),
-    ({"properties": {"age": {"type": "integer", "minimum": 10, "maximum": 5}}, "required": ["age"], "type": "object"},
-     "/properties/age/minimum", "minimum"),
+    (
+        {
+            "properties": {"age": {"type": "integer", "minimum": 10, "maximum": 5}},
+            "required": ["age"],
+            "type": "object",
+        },
+        "/properties/age/minimum",
+        "minimum",
+    ),
     ({"enum": []}, "/enum", "enum"),
     ({"allOf": [{"type": "string"}, {"type": "integer"}]}, "/allOf/1/type", "type"),
     ({"type": "string", "minLength": 3, "maxLength": 2}, "/minLength", "minLength"),
@@ -294,8 +465,11 @@ ERRORS = [
     ({"type": "array", "uniqueItems": True}, "/uniqueItems", "uniqueItems"),
     ({"type": "string", "format": "idn-email"}, "/format", "format"),
     ({"type": "string", "pattern": "(?=a)b"}, "/pattern", "pattern"),
-    ({"type": "object", "dependencies": {"a": ["b"]}, "$schema": "https://json-schema.org/draft/2020-12/schema"},
-     "/dependencies", "dependencies"),
+    (
+        {"type": "object", "dependencies": {"a": ["b"]}, "$schema": "https://json-schema.org/draft/2020-12/schema"},
+        "/dependencies",
+        "dependencies",
+    ),
     ({"oneOf": [{"type": "object"}, {"additionalProperties": {"type": "string"}}]}, "/oneOf", "oneOf"),
 ]
 
@@ -314,13 +488,21 @@ def test_errors_name_the_pointer_and_keyword(schema, pointer, keyword):
 
 def test_unsatisfiable_messages_say_why():
     with pytest.raises(JsonSchemaError, match="minimum 10 and maximum 5 leave no number"):
-        schema_to_grammar({"type": "object", "properties": {"age": {"type": "integer", "minimum": 10, "maximum": 5}}, "required": ["age"]})
+        schema_to_grammar(
+            {
+                "type": "object",
+                "properties": {"age": {"type": "integer", "minimum": 10, "maximum": 5}},
+                "required": ["age"],
+            }
+        )
     with pytest.raises(JsonSchemaError, match="required property 'a'"):
         schema_to_grammar({"type": "object", "required": ["a"], "additionalProperties": False})
     with pytest.raises(JsonSchemaError, match="never ends"):
         schema_to_grammar({"type": "object", "properties": {"n": {"$ref": "#"}}, "required": ["n"]})
     # unsatisfiable parts that need not be used are simply left out
-    grammar, _ = schema_to_grammar({"type": "object", "properties": {"n": {"$ref": "#"}, "x": {"type": "integer", "minimum": 3, "maximum": 1}}})
+    grammar, _ = schema_to_grammar(
+        {"type": "object", "properties": {"n": {"$ref": "#"}, "x": {"type": "integer", "minimum": 3, "maximum": 1}}}
+    )
     m = Machine.from_pushdown(build_pushdown(grammar))
     assert accepts(m, '{"n":{"n":{}}}') and not accepts(m, '{"x":2}')
 
@@ -347,8 +529,18 @@ def test_lenient_mode_relaxes_and_lists_each_relaxation():
 
 
 def test_annotations_and_unknown_keywords_are_ignored():
-    schema = {"title": "t", "description": "d", "examples": [1], "default": 3, "$comment": "c", "deprecated": True,
-              "readOnly": True, "x-custom": {"type": "string"}, "nullable": True, "type": "integer"}
+    schema = {
+        "title": "t",
+        "description": "d",
+        "examples": [1],
+        "default": 3,
+        "$comment": "c",
+        "deprecated": True,
+        "readOnly": True,
+        "x-custom": {"type": "string"},
+        "nullable": True,
+        "type": "integer",
+    }
     check(schema, [1, "s", None])
 
 
@@ -471,7 +663,9 @@ def test_json_schema_test_suite():
                 m = Machine.from_pushdown(build_pushdown(grammar))
             except JsonSchemaError as exc:
                 refused += 1
-                reason = "unsatisfiable" if "unsatisfiable" in exc.reason else re.sub(r"'[^']*'", "'…'", exc.reason)[:70]
+                reason = (
+                    "unsatisfiable" if "unsatisfiable" in exc.reason else re.sub(r"'[^']*'", "'…'", exc.reason)[:70]
+                )
                 refusals[(name, exc.keyword, reason)] += 1
                 if "unsatisfiable" in exc.reason:  # then every test of the group must be invalid
                     assert not any(t["valid"] for t in group["tests"]), (name, group["description"])
@@ -489,8 +683,10 @@ def test_json_schema_test_suite():
                     agree += 1
                 elif not any(file == name and why in test["description"] for file, why in EXPECTED_DIFFERENT):
                     disagreements.append((name, group["description"], test["description"], test["valid"]))
-    report = [f"JSON Schema Test Suite draft2020-12: {groups} groups, {groups - refused} compiled, {refused} refused; "
-              f"{agree}/{tests} tests agree"]
+    report = [
+        f"JSON Schema Test Suite draft2020-12: {groups} groups, {groups - refused} compiled, {refused} refused; "
+        f"{agree}/{tests} tests agree"
+    ]
     report += [f"  refused {n}x {file} [{kw}]: {why}" for (file, kw, why), n in sorted(refusals.items(), key=str)]
     print("\n".join(report))
     assert not disagreements, disagreements
@@ -537,7 +733,8 @@ json_scalars = st.one_of(
 json_values = st.recursive(
     json_scalars,
     lambda inner: st.one_of(
-        st.lists(inner, max_size=4), st.dictionaries(st.text(st.characters(blacklist_categories=["Cs"]), max_size=5), inner, max_size=4)
+        st.lists(inner, max_size=4),
+        st.dictionaries(st.text(st.characters(blacklist_categories=["Cs"]), max_size=5), inner, max_size=4),
     ),
     max_leaves=12,
 )
@@ -672,6 +869,41 @@ def _mutations(value, depth: int = 0) -> list:
     return out
 
 
+# -- end to end --------------------------------------------------------------------------------------------
+
+
+def test_compile_json_schema_on_a_synthetic_vocabulary():
+    from constrain.vocab import Vocabulary
+
+    pieces = [bytes([c]) for c in range(256)] + [b'{"', b'":', b'","', b'"}', b"true", b"12", b"ab", b"\xc3\xa9"]
+    vocab = Vocabulary.from_token_bytes(pieces, eos_ids=[len(pieces)])
+    schema = {
+        "type": "object",
+        "properties": {"ab": {"type": "integer"}, "s": {"type": "string", "pattern": "^é"}},
+        "required": ["ab"],
+        "uniqueItems": True,
+    }
+    with pytest.raises(JsonSchemaError):
+        compile_json_schema({"type": "array", "uniqueItems": True}, vocab)
+    structure = compile_json_schema(schema, vocab, whitespace="compact", cache_bytes=1 << 20)
+    assert structure.relaxations == []
+    lenient = compile_json_schema({"type": "array", "uniqueItems": True}, vocab, strict=False)
+    assert any("uniqueItems" in note for note in lenient.relaxations)
+    text = '{"ab":12,"s":"éa"}'.encode()
+    matcher = structure.matcher()
+    i = 0
+    while i < len(text):  # longest token first, as a tokenizer would
+        token = next(
+            t for t in sorted(range(len(pieces)), key=lambda t: -len(pieces[t])) if text.startswith(pieces[t], i)
+        )
+        mask = matcher.mask()
+        assert (mask[token >> 5] >> (token & 31)) & 1, (text[:i], pieces[token])
+        matcher.advance(token)
+        i += len(pieces[token])
+    assert matcher.is_accepting()
+    assert not compile_json_schema(schema, vocab).matcher().accepts(pieces.index(b"true"))
+
+
 # -- end to end on a real vocabulary -------------------------------------------------------------------------
 
 E2E_SCHEMA = {
@@ -685,8 +917,14 @@ E2E_SCHEMA = {
     },
     "required": ["name", "age"],
     "additionalProperties": False,
-    "$defs": {"address": {"type": "object", "properties": {"city": {"type": "string"}, "zip": {"type": "string", "pattern": "^[0-9]{5}$"}},
-                          "required": ["city"], "additionalProperties": False}},
+    "$defs": {
+        "address": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "zip": {"type": "string", "pattern": "^[0-9]{5}$"}},
+            "required": ["city"],
+            "additionalProperties": False,
+        }
+    },
 }
 
 
@@ -694,7 +932,13 @@ def test_gemma_matcher_follows_tokenized_instances(gemma_vocab, gemma_tokenizer)
     structure = compile_json_schema(E2E_SCHEMA, gemma_vocab)
     assert structure.relaxations == []
     good = [
-        {"name": "Ada Lovelace", "age": 36, "email": "ada@example.org", "tags": ["a", "c"], "address": {"city": "London", "zip": "12345"}},
+        {
+            "name": "Ada Lovelace",
+            "age": 36,
+            "email": "ada@example.org",
+            "tags": ["a", "c"],
+            "address": {"city": "London", "zip": "12345"},
+        },
         {"name": "é", "age": 0},
     ]
     for value in good:

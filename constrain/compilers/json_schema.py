@@ -46,13 +46,15 @@ percent-encoding), ``$anchor``, ``$id``-based URIs inside the document, ``$defs`
 ``$dynamicRef``/``$recursiveRef`` that resolve statically; ``items``, ``prefixItems``, draft-07 ``items`` lists
 with ``additionalItems``, ``minItems``/``maxItems``; ``contains`` with ``minContains``/``maxContains`` (arrays
 without a prefix: counted by a small automaton over "matching / other" items); ``minLength``/``maxLength``
-(code points; long bounds as blocks of fixed-length rules); ``pattern`` (ECMAScript search semantics: anchored
-only by ``^``/``$``; the regex subset of :mod:`constrain.compilers.regex`: ``\d \w \s`` ASCII, ``.`` any
-character but ``\n``); ``minimum``/``maximum``/``exclusiveMinimum``/``exclusiveMaximum`` (digit by digit on
-both sides of the point; draft-04 boolean exclusives too); ``multipleOf`` (integer or decimal: a remainder
-automaton for moduli ``M / 10**k`` with ``M`` up to :data:`MAX_MODULUS`, combined with the range, written as one
-regex when small, else as one rule per remainder state, a call per digit; finite ranges are listed); ``unevaluatedProperties``/``unevaluatedItems`` (what in-place subschemas of the same conjunction
-evaluate; ``anyOf`` then branches on every non-empty set of holding branches, so the annotations are exact).
+(code points; long bounds as blocks of fixed-length rules); ``pattern`` (ECMAScript search semantics: each
+top-level alternative anchored only by its own ``^``/``$``; the regex subset of :mod:`constrain.compilers.regex`:
+``\d \w \s`` ASCII, ``.`` any character but ``\n``); ``minimum``/``maximum``/``exclusiveMinimum``/
+``exclusiveMaximum`` (digit by digit on both sides of the point; draft-04 boolean exclusives too);
+``multipleOf`` (integer or decimal: a remainder automaton for moduli ``M / 10**k`` with ``M`` up to
+:data:`MAX_MODULUS`, combined with the range, written as one regex when small, else as one rule per remainder
+state, a call per digit; finite ranges are listed);
+``unevaluatedProperties``/``unevaluatedItems`` (what in-place subschemas of the same conjunction evaluate;
+``anyOf`` then branches on every non-empty set of holding branches, so the annotations are exact).
 
 Formats (strings only): ``date``, ``duration``, ``ipv4`` (no leading zeros), ``ipv6`` (RFC 4291, no zone id),
 ``uuid``, ``json-pointer``, ``relative-json-pointer``: exact. ``time``/``date-time`` (RFC 3339 without leap
@@ -62,10 +64,13 @@ IDNA A-labels), ``uri``/``uri-reference`` (RFC 3986, no IPvFuture), ``uri-templa
 format regex never accepts an invalid value. ``idn-email``, ``idn-hostname``, ``iri``, ``iri-reference``,
 ``regex`` are refused (lenient: ignored); unknown formats are annotations and ignored.
 
-Refused in strict mode, relaxed in lenient mode (each relaxation listed): ``uniqueItems: true`` when more than
-one item is possible (dropped); ``oneOf`` not shown exact (treated as ``anyOf``); ``not``/``if`` that cannot be
-negated (ignored); ``contains`` beside prefix items, several ``contains``, ``maxContains`` whose schema cannot be
-negated, ``unevaluatedItems`` beside ``contains`` (ignored); unsupported regex constructs and formats (ignored);
+``uniqueItems`` is exact when at most one item is possible or the items come from an enum of at most
+:data:`MAX_UNIQUE_ENUM` values (one rule per set of values used).
+
+Refused in strict mode, relaxed in lenient mode (each relaxation listed): other ``uniqueItems: true``
+(dropped); ``oneOf`` not shown exact (treated as ``anyOf``); ``not``/``if`` that cannot be negated (ignored);
+``contains`` beside prefix items, several ``contains``, ``maxContains`` whose schema cannot be negated,
+``unevaluatedItems`` beside ``contains`` (ignored); unsupported regex constructs and formats (ignored);
 ``multipleOf`` with a large modulus, a pattern/format together with a length bound whose exact combination
 needs too large an automaton, counts of many optional properties, too many ``patternProperties`` (the keyword
 ignored or, for keys, additional properties not produced); ``minProperties`` that repeated additional keys could
@@ -121,6 +126,8 @@ MAX_AUTOMATON_STATES = 4_000
 MAX_LENGTH_PRODUCT = 1_500
 #: Most grammar rules one schema may produce.
 MAX_RULES = 20_000
+#: ``uniqueItems`` is exact for items drawn from an enum of at most this many values (a rule per subset).
+MAX_UNIQUE_ENUM = 8
 #: Largest finite enum of multiples listed value by value.
 MAX_ENUMERATED_MULTIPLES = 512
 #: ``maxLength`` above this is written as blocks of fixed-length rules rather than one counted regex.
@@ -191,6 +198,58 @@ def _quote_expr(body: Expr) -> Expr:
     if isinstance(body, Regex):
         return Regex(_quoted(body.pattern))
     return Seq((Literal('"'), body, Literal('"')))
+
+
+def _top_level_alternatives(pattern: str) -> list[str] | None:
+    """The pattern split at its top-level ``|`` (None when it cannot be scanned)."""
+    out, depth, start, i, in_class = [], 0, 0, 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            if pattern[i + 1 : i + 2] == "^":
+                i += 1
+            if pattern[i + 1 : i + 2] == "]":
+                i += 1
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            out.append(pattern[start:i])
+            start = i + 1
+        i += 1
+    if depth or in_class:
+        return None
+    out.append(pattern[start:])
+    return out
+
+
+def _pattern_texts(pattern: str) -> list[str]:
+    """Candidate regexes over encoded string bodies for the search semantics of ``pattern`` (each top-level
+    alternative anchored by its own ``^``/``$`` or else free to appear anywhere), as written and with character
+    classes rewritten for escapes. Candidates only: the caller checks the language."""
+    alternatives = _top_level_alternatives(pattern) or [pattern]
+    out = []
+    for rewrite in (False, True):
+        pieces = []
+        for alt in alternatives:
+            start = alt.startswith("^")
+            end = alt.endswith("$") and (len(alt) - len(alt[:-1].rstrip("\\")) - 1) % 2 == 0
+            body = alt[1 if start else 0 : len(alt) - 1 if end else len(alt)]
+            if rewrite:
+                body = _encode_pattern_text(body)
+                if body is None:
+                    break
+            pieces.append(("" if start else f"{_CHAR}*") + f"(?:{body})" + ("" if end else f"{_CHAR}*"))
+        else:
+            out.append(pieces[0] if len(pieces) == 1 else "|".join(f"(?:{p})" for p in pieces))
+    return out
 
 
 def _escapes_text(specials: Sequence[int]) -> str:
@@ -283,7 +342,9 @@ def _encode_pattern_text(pattern: str) -> str | None:
                 if pattern.startswith("(?:", i):
                     out.append("(?:")
                     i += 3
-                elif pattern.startswith("(?P<", i) or (pattern.startswith("(?<", i) and pattern[i + 3 : i + 4] not in ("=", "!")):
+                elif pattern.startswith("(?P<", i) or (
+                    pattern.startswith("(?<", i) and pattern[i + 3 : i + 4] not in ("=", "!")
+                ):
                     j = pattern.find(">", i)
                     if j < 0:
                         return None
@@ -309,6 +370,11 @@ def _encode_pattern_text(pattern: str) -> str | None:
             out.append(literal(c))
             i += 1
     return "".join(out)
+
+
+@lru_cache(maxsize=32)
+def _format_cdfa(name: str) -> _CDFA:
+    return _CDFA.from_regex(_FORMATS[name]).minimized()
 
 
 def _is_special(cp: int) -> bool:
@@ -539,7 +605,9 @@ _FULL = ((0, 0xD7FF), (0xE000, 0x10FFFF))
 
 def _class_text(ranges: tuple[tuple[int, int], ...]) -> str:
     # Bridge the surrogate gap (no text can contain a surrogate, so this changes nothing).
-    ranges = _merge_ranges([(lo, 0xDFFF) if hi == 0xD7FF else (0xD800, hi) if lo == 0xE000 else (lo, hi) for lo, hi in ranges])
+    ranges = _merge_ranges(
+        [(lo, 0xDFFF) if hi == 0xD7FF else (0xD800, hi) if lo == 0xE000 else (lo, hi) for lo, hi in ranges]
+    )
     if ranges == ((0, 0x10FFFF),):
         return "(?s:.)"
     if len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
@@ -972,7 +1040,10 @@ def _minimize(d: _CDFA) -> _CDFA:
         return _CDFA.empty()
     states = sorted(alive)
     pos = {s: i for i, s in enumerate(states)}
-    bounds = sorted({lo for s in states for lo, _, t in d.edges[s] if t in alive} | {hi + 1 for s in states for _, hi, t in d.edges[s] if t in alive})
+    bounds = sorted(
+        {lo for s in states for lo, _, t in d.edges[s] if t in alive}
+        | {hi + 1 for s in states for _, hi, t in d.edges[s] if t in alive}
+    )
     m = max(len(bounds) - 1, 0)
     table = np.full((len(states), max(m, 1)), -1, dtype=np.int64)
     for s in states:
@@ -1390,7 +1461,9 @@ _PATH_ABEMPTY = f"(?:/{_PCHAR}*)*"
 _QUERY_FRAGMENT = f"(?:\\?(?:{_PCHAR}|[/?])*)?(?:#(?:{_PCHAR}|[/?])*)?"
 _HIER = f"(?://{_AUTHORITY}{_PATH_ABEMPTY}|/(?:{_PCHAR}+{_PATH_ABEMPTY})?|{_PCHAR}+{_PATH_ABEMPTY}|)"
 _URI = f"[A-Za-z][A-Za-z0-9+.-]*:{_HIER}{_QUERY_FRAGMENT}"
-_RELATIVE = f"(?://{_AUTHORITY}{_PATH_ABEMPTY}|/(?:{_PCHAR}+{_PATH_ABEMPTY})?|{_SEG_NC}+{_PATH_ABEMPTY}|){_QUERY_FRAGMENT}"
+_RELATIVE = (
+    f"(?://{_AUTHORITY}{_PATH_ABEMPTY}|/(?:{_PCHAR}+{_PATH_ABEMPTY})?|{_SEG_NC}+{_PATH_ABEMPTY}|){_QUERY_FRAGMENT}"
+)
 _URI_REFERENCE = f"(?:{_URI}|{_RELATIVE})"
 _VARCHAR = f"(?:[A-Za-z0-9_]|{_PCT})"
 _VARSPEC = f"{_VARCHAR}(?:\\.?{_VARCHAR})*(?::[1-9][0-9]{{0,3}}|\\*)?"
@@ -1398,8 +1471,21 @@ _VARSPEC = f"{_VARCHAR}(?:\\.?{_VARCHAR})*(?::[1-9][0-9]{{0,3}}|\\*)?"
 # RFC 3987 ucschar / iprivate (written as a negated class: the regex parser materialises classes as sets).
 _TEMPLATE_LITERAL = _class_text(
     _merge_ranges(
-        [(0x21, 0x21), (0x23, 0x24), (0x26, 0x26), (0x28, 0x3B), (0x3D, 0x3D), (0x3F, 0x5B), (0x5D, 0x5D), (0x5F, 0x5F),
-         (0x61, 0x7A), (0x7E, 0x7E), (0xA0, 0xD7FF), (0xE000, 0xFDCF), (0xFDF0, 0xFFEF)]
+        [
+            (0x21, 0x21),
+            (0x23, 0x24),
+            (0x26, 0x26),
+            (0x28, 0x3B),
+            (0x3D, 0x3D),
+            (0x3F, 0x5B),
+            (0x5D, 0x5D),
+            (0x5F, 0x5F),
+            (0x61, 0x7A),
+            (0x7E, 0x7E),
+            (0xA0, 0xD7FF),
+            (0xE000, 0xFDCF),
+            (0xFDF0, 0xFFEF),
+        ]
         + [(plane << 16, (plane << 16) + 0xFFFD) for plane in range(1, 14)]
         + [(0xE1000, 0xEFFFD), (0xF0000, 0xFFFFD), (0x100000, 0x10FFFD)]
     )
@@ -1426,7 +1512,7 @@ _FORMATS = {
 }
 #: Formats whose characters never need a JSON escape (their regex is also the encoded language).
 _ENCODED_QUOTED = r'\\"(?:[ !#-\[\]-~]|\\\\(?:[ !#-\[\]-~]|\\"|\\\\))*\\"'
-_ENCODED_POINTER = f"(?:/(?:[^~/\"\\\\\\x00-\\x1f]|{_ESCAPE}|~[01])*)*"
+_ENCODED_POINTER = f'(?:/(?:[^~/"\\\\\\x00-\\x1f]|{_ESCAPE}|~[01])*)*'
 #: The formats as regexes over the encoded string body (what appears between the quotes), for the direct path.
 _FORMATS_ENCODED = {
     **_FORMATS,
@@ -1458,6 +1544,8 @@ _VALIDATION = frozenset(
         "not", "if", "then", "else", "$ref", "$dynamicRef", "$recursiveRef",
     }
 )  # fmt: skip
+#: Validation keywords of draft-03 only (refused: never implemented here, ignored by later drafts' validators).
+_DRAFT3_ONLY = frozenset({"divisibleBy", "disallow", "extends"})
 #: Keywords that live inside another keyword's evaluation (not in a validator's own table).
 _DEPENDENT_KEYWORDS = {"then": "if", "else": "if", "minContains": "contains", "maxContains": "contains"}
 _ARRAY_KEYWORDS = frozenset(
@@ -1675,7 +1763,9 @@ class _Document:
             resolved = self.resolver_at(ptr).lookup(ref)
         except self.unresolvable as exc:
             raise JsonSchemaError(
-                f"cannot resolve {ref!r} inside this document (remote references are not fetched): {exc}", where, keyword
+                f"cannot resolve {ref!r} inside this document (remote references are not fetched): {exc}",
+                where,
+                keyword,
             ) from None
         contents = resolved.contents
         if isinstance(contents, Mapping) and id(contents) in self.ptr_of:
@@ -1860,7 +1950,9 @@ class _ObjectInfo:
 
 
 class _Compiler:
-    def __init__(self, schema: Any, strict: bool, whitespace: str, additional_properties_default: bool, max_whitespace: int):
+    def __init__(
+        self, schema: Any, strict: bool, whitespace: str, additional_properties_default: bool, max_whitespace: int
+    ):
         self.doc = _Document(schema)
         self.strict = strict
         self.whitespace = whitespace
@@ -1874,6 +1966,7 @@ class _Compiler:
         self._search_cache: dict[str, _CDFA] = {}
         self._in_place: dict[str, set[str]] = {}
         self._disjoint_cache: dict[tuple, bool] = {}
+        self._finite_cache: dict[str, tuple] = {}
         self._disjoint_checking: set[tuple] = set()
 
     # -- policy ----------------------------------------------------------------------------------------------
@@ -1916,7 +2009,8 @@ class _Compiler:
             inner = "  " * (depth + 1)
             outer = "  " * depth
             return _Layout(
-                Literal("{\n" + inner), Literal("\n" + outer + "}"), Literal("[\n" + inner), Literal("\n" + outer + "]"),
+                Literal("{\n" + inner), Literal("\n" + outer + "}"),
+                Literal("[\n" + inner), Literal("\n" + outer + "]"),
                 Literal(",\n" + inner), Literal(": "), Literal("{}"), Literal("[]"),
             )  # fmt: skip
         if self.whitespace == "flexible":
@@ -1927,7 +2021,14 @@ class _Compiler:
                 Seq((Literal("["), ws, Literal("]"))),
             )  # fmt: skip
         return _Layout(
-            Literal("{"), Literal("}"), Literal("["), Literal("]"), Literal(","), Literal(":"), Literal("{}"), Literal("[]")
+            Literal("{"),
+            Literal("}"),
+            Literal("["),
+            Literal("]"),
+            Literal(","),
+            Literal(":"),
+            Literal("{}"),
+            Literal("[]"),
         )
 
     def child_depth(self, depth: int | None) -> int | None:
@@ -1949,7 +2050,9 @@ class _Compiler:
         self.rules[obj] = Alt(
             (lay.obj_empty, Seq((lay.obj_open, member, Repeat(Seq((lay.comma, member))), lay.obj_close)))
         )
-        self.rules[arr] = Alt((lay.arr_empty, Seq((lay.arr_open, value, Repeat(Seq((lay.comma, value))), lay.arr_close))))
+        self.rules[arr] = Alt(
+            (lay.arr_empty, Seq((lay.arr_open, value, Repeat(Seq((lay.comma, value))), lay.arr_close)))
+        )
         self.rules[name] = Alt(
             (
                 Ref(obj), Ref(arr), self.shared("json_string"), self.shared("json_number"), self.shared("true"),
@@ -2116,13 +2219,110 @@ class _Compiler:
             node = self.node(part.ptr)
             for kw in _BRANCHING:
                 if kw in node and kw not in part.skip:
+                    self.quick_check(parts)
                     return self.branch(parts, part, kw, depth)
         shape = self.merge(parts)
         return self.emit(shape, depth, name)
 
+    def quick_check(self, parts: tuple[_Part, ...]) -> None:
+        """Raise _Unsatisfiable early for contradictions that branching would otherwise only find at every leaf:
+        no kind of value left, or a required property whose const/enum values exclude each other. (Chains of
+        if/then or oneOf discriminated by a property would otherwise branch exponentially.)"""
+        kinds = set(_ALL_KINDS)
+        required: dict[str, str] = {}
+        props: dict[str, list[str]] = defaultdict(list)
+        for p in parts:
+            node = self.node(p.ptr)
+            if p.neg is not None:
+                if p.neg[0] == "type":
+                    kinds -= _kinds_of_type(node["type"])
+                elif p.neg[0] == "required":
+                    kinds &= {"object"}
+                continue
+            live = self.live_keys(p)
+            if "type" in live:
+                kinds &= _kinds_of_type(node["type"])
+            if "required" in live and isinstance(node["required"], list):
+                for n in node["required"]:
+                    required.setdefault(n, f"{p.ptr}/required")
+            if "properties" in live:
+                for n in node["properties"]:
+                    props[n].append(f"{p.ptr}/properties/{_escape_token(n)}")
+        if not kinds:
+            raise self.unsatisfiable("the types of the combined subschemas exclude each other", parts[0].ptr, "type")
+        if "object" not in kinds:
+            return
+        for n, at in required.items():
+            allowed: dict[str, Any] | None = None
+            excluded: set[str] = set()
+            for ptr in props.get(n, ()):
+                values, minus = self.finite_of(ptr)
+                if values is None and minus is None:
+                    continue
+                if values is False:
+                    allowed = {}
+                    break
+                if values is not None:
+                    allowed = values if allowed is None else {k: v for k, v in allowed.items() if k in values}
+                excluded |= minus or set()
+            if allowed is not None and not (set(allowed) - excluded):
+                if kinds == {"object"}:
+                    raise self.unsatisfiable(f"the required property {n!r} can take no value", at, "required")
+
+    def finite_of(self, ptr: str) -> tuple[Any, set[str] | None]:
+        """(allowed values by JSON key, or None when unbounded, or False when none; excluded keys) of the schema
+        at ``ptr``, looking only at const/enum, ``not`` of const/enum, and ``false``."""
+        hit = self._finite_cache.get(ptr)
+        if hit is not None:
+            return hit
+        self._finite_cache[ptr] = (None, None)  # cycles: unknown
+        values: Any = None
+        excluded: set[str] = set()
+        try:
+            parts = self.normalise([_Part(ptr)])
+        except _Unsatisfiable:
+            parts, values = (), False
+        except JsonSchemaError:
+            parts = ()
+        for p in parts:
+            node = self.node(p.ptr)
+            if p.neg is not None:
+                if p.neg[0] in ("const", "enum"):
+                    vals = [node["const"]] if p.neg[0] == "const" else node["enum"]
+                    excluded.update(_json_key(v) for v in vals)
+                continue
+            live = self.live_keys(p)
+            for kw in ("const", "enum"):
+                if kw in live:
+                    vals = {_json_key(v): v for v in ([node[kw]] if kw == "const" else node[kw])}
+                    values = (
+                        vals
+                        if values is None
+                        else ({} if values is False else {k: v for k, v in values.items() if k in vals})
+                    )
+            if "not" in live and isinstance(node["not"], Mapping):
+                inner = f"{p.ptr}/not"
+                if set(node["not"]) == {"$ptr"}:
+                    inner = node["not"]["$ptr"]
+                sub, _ = self.finite_of(inner)
+                if isinstance(sub, dict):
+                    excluded.update(sub)
+        result = (values, excluded or None)
+        self._finite_cache[ptr] = result
+        return result
+
     # -- enum / const ----------------------------------------------------------------------------------------
 
     def finite_values(self, parts: tuple[_Part, ...], depth: int | None) -> Expr | None:
+        chosen = self.finite_candidates(parts)
+        if chosen is None:
+            return None
+        literals = [self.value_literal(_canonical_value(value), depth) for value in chosen]
+        return literals[0] if len(literals) == 1 else Alt(tuple(literals))
+
+    def finite_candidates(self, parts: tuple[_Part, ...]) -> list[Any] | None:
+        """The distinct values an enum/const of the conjunction allows (validated against all of it), or None
+        when no part has an enum/const."""
         source = None
         for part in parts:
             if part.neg is not None:
@@ -2142,6 +2342,11 @@ class _Compiler:
         extra = [k for k in self.live_keys(owner) if k not in ("enum", "const") and k in _VALIDATION]
         simple = len(parts) == 1 and set(extra) <= {"type"}
         kinds = _kinds_of_type(self.node(owner.ptr)["type"]) if "type" in extra else _ALL_KINDS
+        formats = [
+            self.node(p.ptr)["format"]
+            for p in parts
+            if p.neg is None and "format" in self.live_keys(p) and self.node(p.ptr)["format"] in _FORMATS
+        ]
         chosen: dict[str, Any] = {}
         for value in values:
             key = _json_key(value)
@@ -2154,31 +2359,41 @@ class _Compiler:
                 try:
                     ok = self.doc.is_valid(parts, value)
                 except Exception as exc:  # an unresolvable reference met by jsonschema, a bad regex...
-                    raise JsonSchemaError(f"cannot evaluate the enum values against the schema: {exc}", _clean_pointer(at), kw) from None
+                    raise JsonSchemaError(
+                        f"cannot evaluate the enum values against the schema: {exc}", _clean_pointer(at), kw
+                    ) from None
                 if not ok:
                     continue
+                if isinstance(value, str) and any(not _format_cdfa(f).accepts(value) for f in formats):
+                    continue  # formats are asserted here, also where jsonschema has no checker for them
             chosen[key] = value
         if not chosen:
             raise self.unsatisfiable(f"no value of {kw!r} satisfies the rest of the schema", at, kw)
-        literals = []
         for value in chosen.values():
             try:
                 _dumps(value).encode("utf-8")
             except (ValueError, UnicodeEncodeError) as exc:
-                raise JsonSchemaError(f"the value {value!r} cannot be written as UTF-8 JSON: {exc}", _clean_pointer(at), kw) from None
-            literals.append(self.value_literal(_canonical_value(value), depth))
-        return literals[0] if len(literals) == 1 else Alt(tuple(literals))
+                raise JsonSchemaError(
+                    f"the value {value!r} cannot be written as UTF-8 JSON: {exc}", _clean_pointer(at), kw
+                ) from None
+        return list(chosen.values())
 
     def value_literal(self, value: Any, depth: int | None) -> Expr:
         """Exactly ``value`` (keys in the given order), laid out like every other value."""
-        if not isinstance(value, (Mapping, list)) or not value or self.whitespace == "compact" or (
-            self.whitespace == "indent" and depth is None
+        if (
+            not isinstance(value, (Mapping, list))
+            or not value
+            or self.whitespace == "compact"
+            or (self.whitespace == "indent" and depth is None)
         ):
             return Literal(_dumps(value))
         lay = self.layout(depth)
         child = self.child_depth(depth)
         if isinstance(value, Mapping):
-            items = [Seq((Literal(json.dumps(k, ensure_ascii=False)), lay.colon, self.value_literal(v, child))) for k, v in value.items()]
+            items = [
+                Seq((Literal(json.dumps(k, ensure_ascii=False)), lay.colon, self.value_literal(v, child)))
+                for k, v in value.items()
+            ]
             open_, close = lay.obj_open, lay.obj_close
         else:
             items = [self.value_literal(v, child) for v in value]
@@ -2204,11 +2419,7 @@ class _Compiler:
         try:
             alternatives = self.alternatives(part, kw, node, parts)
         except _NotNegatable as exc:
-            relaxed = {
-                "oneOf": "treated as anyOf",
-                "not": "ignored",
-                "if": "ignored (with then/else)",
-            }[kw]
+            relaxed = {"oneOf": "treated as anyOf", "not": "ignored", "if": "ignored (with then/else)"}[kw]
             self.refuse(at, kw, str(exc), relaxed)
             if kw == "oneOf":
                 alternatives = [(_Part(f"{part.ptr}/oneOf/{i}"),) for i in range(len(node["oneOf"]))]
@@ -2227,7 +2438,9 @@ class _Compiler:
         if not options:
             if failure is not None and len(alternatives) == 1:
                 raise failure
-            raise self.unsatisfiable(f"no branch of {kw!r} can be satisfied together with the rest of the schema", at, kw)
+            raise self.unsatisfiable(
+                f"no branch of {kw!r} can be satisfied together with the rest of the schema", at, kw
+            )
         return options[0] if len(options) == 1 else Alt(tuple(options))
 
     def alternatives(self, part: _Part, kw: str, node: Mapping, parts: tuple[_Part, ...]) -> list[tuple[_Part, ...]]:
@@ -2297,7 +2510,9 @@ class _Compiler:
             present = (present,) if isinstance(present, _Part) else present
             choices.append([present] if trigger in required else [(absent,), present])
         if len(choices) > 10:
-            raise JsonSchemaError(f"{kw!r} has too many conditional properties ({len(choices)})", _clean_pointer(f"{ptr}/{kw}"), kw)
+            raise JsonSchemaError(
+                f"{kw!r} has too many conditional properties ({len(choices)})", _clean_pointer(f"{ptr}/{kw}"), kw
+            )
         return [tuple(p for conj in combo for p in conj) for combo in product(*choices)]
 
     def sees_annotations(self, parts: Sequence[_Part]) -> bool:
@@ -2380,7 +2595,11 @@ class _Compiler:
                     values = found if values is None else {k: v for k, v in values.items() if k in found}
             if "required" in live and isinstance(node["required"], list):
                 required.update(node["required"])
-            if "additionalProperties" in live and node["additionalProperties"] is False and "patternProperties" not in live:
+            if (
+                "additionalProperties" in live
+                and node["additionalProperties"] is False
+                and "patternProperties" not in live
+            ):
                 closed = True
             for name, sub in (node.get("properties") or {}).items() if "properties" in live else ():
                 declared.add(name)
@@ -2487,7 +2706,12 @@ class _Compiler:
                     if self.node(sub) is True:
                         continue
                     out.append(
-                        (self.synthetic(ptr, {"type": "object", "required": [name], "properties": {name: {"not": {"$ptr": sub}}}}),)
+                        (
+                            self.synthetic(
+                                ptr,
+                                {"type": "object", "required": [name], "properties": {name: {"not": {"$ptr": sub}}}},
+                            ),
+                        )
                     )
             elif kw == "prefixItems" or (kw == "items" and isinstance(value, list)):
                 for i in range(len(value)):
@@ -2495,7 +2719,17 @@ class _Compiler:
                     if self.node(sub) is True:
                         continue
                     out.append(
-                        (self.synthetic(ptr, {"type": "array", "minItems": i + 1, "prefixItems" if not self.doc.legacy else "items": [True] * i + [{"not": {"$ptr": sub}}]}),)
+                        (
+                            self.synthetic(
+                                ptr,
+                                {
+                                    "type": "array",
+                                    "minItems": i + 1,
+                                    "prefixItems" if not self.doc.legacy else "items": [True] * i
+                                    + [{"not": {"$ptr": sub}}],
+                                },
+                            ),
+                        )
                     )
             elif kw == "items" and isinstance(value, (Mapping, bool)) and "prefixItems" not in node:
                 if value is not True:
@@ -2529,6 +2763,12 @@ class _Compiler:
             for kw in self.live_keys(part):
                 value = node[kw]
                 at = (f"{part.ptr}/{kw}", kw)
+                if kw in _DRAFT3_ONLY:
+                    if kw in self.doc.keywords:
+                        self.refuse(at[0], kw, f"the draft-03 keyword {kw!r} is not supported", "ignored")
+                    else:
+                        self.foreign(part.ptr, kw)
+                    continue
                 if kw not in _VALIDATION:
                     continue  # unknown keywords are annotations
                 if not self.known_here(kw):
@@ -2810,27 +3050,24 @@ class _Compiler:
         try:
             d = self.string_cdfa(sh)
         except _TooLarge:
-            self.refuse(at, "pattern" if sh.patterns else "format", "the string constraints need too large an automaton", "any string allowed")
+            self.refuse(
+                at,
+                "pattern" if sh.patterns else "format",
+                "the string constraints need too large an automaton",
+                "any string allowed",
+            )
             return self.shared("json_string")
         if d is None:
             return self.length_expr(sh.min_len, sh.max_len)
-        if len(sh.patterns) + len(sh.formats) == 1 and not (sh.str_excluded or sh.neg_patterns or sh.neg_formats):
-            # The pattern's own text is far smaller than a regex written back from its automaton: use it when it
-            # means exactly the same encoded language (it needs no escapes, and any length bound is redundant).
-            if sh.patterns:
-                pattern = sh.patterns[0][0]
-                start = pattern.startswith("^")
-                end = pattern.endswith("$") and (len(pattern) - len(pattern[:-1].rstrip("\\")) - 1) % 2 == 0
-                body = pattern[1 if start else 0 : len(pattern) - 1 if end else len(pattern)]
-                candidates = [body, _encode_pattern_text(body)]
-                texts = [
-                    ("" if start else f"{_CHAR}*") + f"(?:{b})" + ("" if end else f"{_CHAR}*") for b in candidates if b is not None
-                ]
-            else:
-                texts = [_FORMATS_ENCODED[sh.formats[0][0]]]
-            for text in dict.fromkeys(texts):
-                if self.same_language(text, d):
-                    return Regex(_quoted(text))
+        # A pattern's or format's own text is far smaller than a regex written back from the automaton: use one
+        # when it means exactly the combined encoded language (the other constraints are then redundant).
+        texts: list[str] = []
+        for pattern, _ in sh.patterns:
+            texts.extend(_pattern_texts(pattern))
+        texts.extend(_FORMATS_ENCODED[name] for name, _ in sh.formats)
+        for text in dict.fromkeys(texts):
+            if self.same_language(text, d):
+                return Regex(_quoted(text))
         body = self.encoded(d, at, "pattern" if sh.patterns else "format")
         if body is None:
             return self.shared("json_string")
@@ -2905,7 +3142,12 @@ class _Compiler:
                 d = d.intersect(_CDFA.length(sh.min_len, sh.max_len)).minimized()
             except _TooLarge:
                 at = sh.max_len_at if sh.max_len is not None else sh.min_len_at
-                self.refuse(at[0], at[1], "a long length bound together with a pattern or format needs too large an automaton", "ignored")
+                self.refuse(
+                    at[0],
+                    at[1],
+                    "a long length bound together with a pattern or format needs too large an automaton",
+                    "ignored",
+                )
                 return d
             if d.is_empty():
                 at = sh.max_len_at if sh.max_len is not None else sh.min_len_at
@@ -3031,12 +3273,28 @@ class _Compiler:
             at = sh.min_items_at if sh.min_items_at[0] else (sh.array_parts[0].ptr + "/items", "items")
             raise self.unsatisfiable(f"at least {sh.min_items} items are needed but at most {max_n} can be valid", *at)
         if sh.unique is not None and (max_n is None or max_n > 1):
-            self.refuse(sh.unique, "uniqueItems", "uniqueness of array items cannot be expressed by a grammar", "dropped")
+            finite = None
+            if not elements and not contains and rest_parts:
+                try:
+                    finite = self.finite_candidates(self.normalise(rest_parts))
+                except _Unsatisfiable:
+                    finite = None
+            if finite is not None and len(finite) <= MAX_UNIQUE_ENUM:
+                return self.unique_items_expr(finite, sh.min_items, max_n, lay, cd, name, sh.unique)
+            self.refuse(
+                sh.unique, "uniqueItems", "uniqueness of array items cannot be expressed by a grammar (unless the "
+                f"items come from an enum of at most {MAX_UNIQUE_ENUM} values)", "dropped",
+            )  # fmt: skip
         if contains:
             low = max(c[1] for c in contains)
             if len(contains) > 1 or elements:
                 if low > 0 or any(c[2] is not None for c in contains):
-                    self.refuse(contains[0][0], "contains", "contains is supported only once per array and without prefix items", "ignored")
+                    self.refuse(
+                        contains[0][0],
+                        "contains",
+                        "contains is supported only once per array and without prefix items",
+                        "ignored",
+                    )
             elif not (contains[0][1] == 0 and contains[0][2] is None):
                 return self.contains_expr(sh, contains[0], rest_parts, rest_expr, max_n, lay, cd)
         k = len(elements)
@@ -3048,7 +3306,9 @@ class _Compiler:
             if rest_expr is None or max_n == 0:
                 nonempty = None
             else:
-                more = Repeat(Seq((lay.comma, rest_expr)), max(0, sh.min_items - 1), None if max_n is None else max_n - 1)
+                more = Repeat(
+                    Seq((lay.comma, rest_expr)), max(0, sh.min_items - 1), None if max_n is None else max_n - 1
+                )
                 nonempty = Seq((rest_expr, more))
         else:
             x = tail
@@ -3061,6 +3321,38 @@ class _Compiler:
                 item = Seq((lay.comma, s_i))
                 x = item if i < sh.min_items else Repeat(item, 0, 1)
         return self.bracketed(nonempty, sh.min_items == 0, lay.arr_open, lay.arr_close, lay.arr_empty, sh.min_items_at)
+
+    def unique_items_expr(
+        self, values: list, min_items: int, max_n: int | None, lay: _Layout, cd, name: str, at: str
+    ) -> Expr:
+        """Arrays of distinct values from a small finite set: one rule per set of values used so far."""
+        literals = [self.value_literal(_canonical_value(v), cd) for v in values]
+        cap = len(values) if max_n is None else min(len(values), max_n)
+        if min_items > cap:
+            raise self.unsatisfiable(f"{min_items} distinct items are needed but only {cap} can be", at, "uniqueItems")
+
+        def options(mask: int) -> list[Expr]:
+            used = bin(mask).count("1")
+            out: list[Expr] = []
+            if used < cap:
+                for i, lit in enumerate(literals):
+                    if not mask >> i & 1:
+                        out.append(Seq(((lay.comma,) if mask else ()) + (lit, rule(mask | 1 << i))))
+            if used >= min_items:
+                out.append(Seq(()))
+            return out
+
+        def rule(mask: int) -> Ref:
+            rname = f"{name}/unique{mask}"
+            if rname not in self.rules:
+                self.rules[rname] = Seq(())
+                opts = options(mask)
+                self.rules[rname] = opts[0] if len(opts) == 1 else Alt(tuple(opts))
+            return Ref(rname)
+
+        top = [o for o in options(0) if o != Seq(())]
+        nonempty = None if not top else top[0] if len(top) == 1 else Alt(tuple(top))
+        return self.bracketed(nonempty, min_items == 0, lay.arr_open, lay.arr_close, lay.arr_empty, (at, "uniqueItems"))
 
     def bracketed(self, nonempty, empty_ok, open_, close, empty, at) -> Expr:
         options = []
@@ -3185,12 +3477,16 @@ class _Compiler:
 
     def object_expr(self, sh: _Shape, depth: int | None, name: str) -> Expr:
         if sh.max_props is not None and sh.min_props > sh.max_props:
-            raise self.unsatisfiable(f"minProperties {sh.min_props} is above maxProperties {sh.max_props}", *sh.min_props_at)
+            raise self.unsatisfiable(
+                f"minProperties {sh.min_props} is above maxProperties {sh.max_props}", *sh.min_props_at
+            )
         lay = self.layout(depth)
         cd = self.child_depth(depth)
         infos = [self.object_info(part, sh) for part in sh.object_parts]
-        closed = (not self.ap_default) and any(i.props for i in infos) and not any(
-            i.patterns or i.additional or i.unevaluated for i in infos
+        closed = (
+            (not self.ap_default)
+            and any(i.props for i in infos)
+            and not any(i.patterns or i.additional or i.unevaluated for i in infos)
         )
         names: list[str] = []
         for info in infos:
@@ -3236,9 +3532,13 @@ class _Compiler:
                     if isinstance(cause, _Unsatisfiable):
                         raise _Unsatisfiable(
                             f"the required property {key!r} (required at {_clean_pointer(sh.required[key])!r}) "
-                            f"cannot be present: {cause.reason}", cause.pointer, cause.keyword
+                            f"cannot be present: {cause.reason}",
+                            cause.pointer,
+                            cause.keyword,
                         )
-                    raise self.unsatisfiable(f"the required property {key!r} cannot be present: {cause}", sh.required[key], "required")
+                    raise self.unsatisfiable(
+                        f"the required property {key!r} cannot be present: {cause}", sh.required[key], "required"
+                    )
                 continue
             items.append((key, Seq((Literal(json.dumps(key, ensure_ascii=False)), lay.colon, value)), required))
         extra = None if closed else self.additional_member(sh, infos, names, lay, cd)
@@ -3248,10 +3548,16 @@ class _Compiler:
         n_req = sum(1 for it in items if it[2])
         max_possible = None if extra is not None else len(items)
         if max_possible is not None and sh.min_props > max_possible:
-            raise self.unsatisfiable(f"minProperties {sh.min_props} but at most {max_possible} properties can be valid", *sh.min_props_at)
+            raise self.unsatisfiable(
+                f"minProperties {sh.min_props} but at most {max_possible} properties can be valid", *sh.min_props_at
+            )
         if sh.max_props is not None and sh.max_props < n_req:
-            raise self.unsatisfiable(f"maxProperties {sh.max_props} is below the {n_req} required properties", *sh.max_props_at)
-        counting = sh.min_props > n_req or (sh.max_props is not None and (max_possible is None or sh.max_props < max_possible))
+            raise self.unsatisfiable(
+                f"maxProperties {sh.max_props} is below the {n_req} required properties", *sh.max_props_at
+            )
+        counting = sh.min_props > n_req or (
+            sh.max_props is not None and (max_possible is None or sh.max_props < max_possible)
+        )
         if extra is not None and sh.min_props - n_req >= 2:
             # Additional keys may repeat (a grammar cannot remember them); a repeated key would count twice here
             # and once in the parsed object.
@@ -3266,7 +3572,11 @@ class _Compiler:
         if result is None:
             result = self.members_plain(items, extra, lay, name)
         nonempty, empty_ok = result
-        at = sh.min_props_at if sh.min_props_at[0] else ((sh.object_parts[0].ptr if sh.object_parts else ""), "properties")
+        at = (
+            sh.min_props_at
+            if sh.min_props_at[0]
+            else ((sh.object_parts[0].ptr if sh.object_parts else ""), "properties")
+        )
         return self.bracketed(nonempty, empty_ok, lay.obj_open, lay.obj_close, lay.obj_empty, at)
 
     def name_allowed(self, sh: _Shape, key: str) -> bool:
@@ -3275,7 +3585,9 @@ class _Compiler:
         try:
             return self.doc.is_valid(sh.prop_names, key)
         except Exception as exc:
-            raise JsonSchemaError(f"cannot evaluate propertyNames: {exc}", _clean_pointer(sh.prop_names[0].ptr), "propertyNames") from None
+            raise JsonSchemaError(
+                f"cannot evaluate propertyNames: {exc}", _clean_pointer(sh.prop_names[0].ptr), "propertyNames"
+            ) from None
 
     def property_names_cdfa(self, sh: _Shape) -> _CDFA | None:
         if not sh.prop_names:
@@ -3295,7 +3607,9 @@ class _Compiler:
                     names = [v for v in values if isinstance(v, str) and self.doc.is_valid(parts, v)]
                     return _CDFA.literals(names).minimized()
             if part.neg is None and any(kw in node and kw not in part.skip for kw in _BRANCHING):
-                self.refuse(at, "propertyNames", "only string constraints and enums are supported in propertyNames", "ignored")
+                self.refuse(
+                    at, "propertyNames", "only string constraints and enums are supported in propertyNames", "ignored"
+                )
                 return None
         sub = self.merge(parts)
         if "string" not in sub.kinds:
@@ -3338,8 +3652,10 @@ class _Compiler:
                 vparts.extend(hit)
                 if not hit and info.additional is not None:
                     vparts.append(info.additional)
-                if info.unevaluated is not None and not info.evaluates_all and not any(
-                    p in chosen for p, _ in info.patterns + info.evaluated_patterns
+                if (
+                    info.unevaluated is not None
+                    and not info.evaluates_all
+                    and not any(p in chosen for p, _ in info.patterns + info.evaluated_patterns)
                 ):
                     vparts.append(info.unevaluated)
             try:
@@ -3389,6 +3705,7 @@ class _Compiler:
             for token in re.findall(r"\\u[0-9a-f]{4}|\\.|.", json.dumps(n, ensure_ascii=False)[1:-1], re.S):
                 node = node.setdefault(token, {})
             node[None] = True
+
         def build(node: dict) -> Expr:
             options: list[Expr] = []
             if None not in node:
@@ -3678,7 +3995,8 @@ def _finalize(rules: dict[str, Expr], start: str) -> tuple[dict[str, Expr], str]
                 changed = True
     if start not in ok:
         raise _Unsatisfiable(
-            "unsatisfiable: no finite JSON value satisfies the schema (every value needs a recursion that never ends)", ""
+            "unsatisfiable: no finite JSON value satisfies the schema (every value needs a recursion that never ends)",
+            "",
         )
     rules = {name: _prune(body, ok) for name, body in rules.items() if name in ok}
     # Alias cycles (A = B | x, B = A | y): each rule of the cycle means the union of their other options.
@@ -3700,6 +4018,7 @@ def _finalize(rules: dict[str, Expr], start: str) -> tuple[dict[str, Expr], str]
     for name, body in rules.items():
         if isinstance(body, Ref) and body.rule != name:
             alias[name] = body.rule
+
     def target(name: str) -> str:
         seen = set()
         while name in alias and name not in seen:
