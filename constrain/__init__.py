@@ -30,6 +30,8 @@ _EXPORTS = {
     "bool_to_bitmask": "constrain.kernels",
     "generate": "constrain.integrations.transformers",
     "compile_grammar": "constrain.pushdown",
+    "compile_json_schema": "constrain.compilers.json_schema",
+    "JsonSchemaError": "constrain.compilers.json_schema",
     "SamplingParams": "constrain.sampling",
     "Sampler": "constrain.sampling",
     "beam_search": "constrain.beam",
@@ -46,6 +48,7 @@ __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
     from .beam import beam_search
+    from .compilers.json_schema import JsonSchemaError, compile_json_schema
     from .integrations.transformers import generate
     from .pushdown import compile_grammar
     from .compilers.regex import compile_regex

@@ -96,6 +96,14 @@ CASES = [
     ({"type": "string", "pattern": "ab"}, ["xaby", "ab", "a", 'x"ab', "a\nb", "\\ab"]),
     ({"type": "string", "pattern": "^a.c$"}, ["abc", 'a"c', "a\\c", "a\nc", "ac", "a\u0001c"]),
     ({"type": "string", "pattern": "^[a-z]+$", "minLength": 2, "maxLength": 3}, ["a", "ab", "abc", "abcd", "A1"]),
+    (
+        {"type": "string", "pattern": "^([a-z0-9-]+):([a-z0-9.-]+):([a-z0-9-]*):([a-z0-9-]+)$", "maxLength": 146},
+        ["a:b::c", "a:b:c:d", "a" * 140 + ":b::c", "a" * 142 + ":b::c", "a:b:c", "A:b::c"],
+    ),
+    (
+        {"type": "string", "pattern": "^\\S+@\\S+$", "minLength": 5, "maxLength": 255},
+        ["a@b", "ab@cd", "a" * 120 + "@" + "b" * 134, "a" * 120 + "@" + "b" * 135, "a b@c", 'é"@\\'],
+    ),
     ({"type": "string", "format": "date"}, ["2024-02-29", "2023-02-29", "2000-02-29", "1900-02-29", "2023-04-31", "x"]),
     ({"type": "string", "format": "ipv4"}, ["1.2.3.4", "255.255.255.255", "256.1.1.1", "01.1.1.1", "1.2.3"]),
     (

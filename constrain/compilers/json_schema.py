@@ -17,9 +17,10 @@ How the output is written
   string has exactly one encoding, so constraints on the *decoded* string (``pattern``, ``format``, lengths in
   code points, enums, excluded values, property names) are translated exactly: the decoded language is an
   automaton over code points, each special character on its edges becomes its escape sequence, and the result is
-  written back as regexes (by state elimination; large pieces become rules calling each other). Patterns and
-  formats therefore see escaped characters like any other; nothing is refused for needing an escape. When a
-  pattern's own text already means exactly that language (no escapes involved), the text is used as it is.
+  written back as a regex by state elimination. Patterns and formats therefore see escaped characters like any
+  other; nothing is refused for needing an escape. When a pattern's own text (or that text with its character
+  classes widened to the escapes they contain) means exactly that language, it is used as is: the automaton
+  check decides, so the short form is never wrong.
 - Numbers: ``integer`` as ``0`` or ``-?[1-9][0-9]*``; an unconstrained ``number`` as any JSON number; a ``number``
   with bounds, ``multipleOf`` or exclusions in plain decimal notation (no exponent, no ``-0``), where every
   constraint is exact. (``1.0`` is a valid integer that is simply never produced.)
@@ -48,8 +49,10 @@ with ``additionalItems``, ``minItems``/``maxItems``; ``contains`` with ``minCont
 without a prefix: counted by a small automaton over "matching / other" items); ``minLength``/``maxLength``
 (code points; long bounds as blocks of fixed-length rules); ``pattern`` (ECMAScript search semantics: each
 top-level alternative anchored only by its own ``^``/``$``; the regex subset of :mod:`constrain.compilers.regex`:
-``\d \w \s`` ASCII, ``.`` any character but ``\n``); ``minimum``/``maximum``/``exclusiveMinimum``/
-``exclusiveMaximum`` (digit by digit on both sides of the point; draft-04 boolean exclusives too);
+``\d \w \s`` ASCII, ``.`` any character but ``\n``; together with a length bound, the product automaton,
+or for long bounds blocks of a fixed number of characters, one rule per pattern state and block count);
+``minimum``/``maximum``/``exclusiveMinimum``/``exclusiveMaximum`` (digit by digit on both sides of the point;
+draft-04 boolean exclusives too);
 ``multipleOf`` (integer or decimal: a remainder automaton for moduli ``M / 10**k`` with ``M`` up to
 :data:`MAX_MODULUS`, combined with the range, written as one regex when small, else as one rule per remainder
 state, a call per digit; finite ranges are listed);
@@ -75,17 +78,25 @@ Refused in strict mode, relaxed in lenient mode (each relaxation listed): other 
 needs too large an automaton, counts of many optional properties, too many ``patternProperties`` (the keyword
 ignored or, for keys, additional properties not produced); ``minProperties`` that repeated additional keys could
 fake (kept); ``$dynamicRef``/``$recursiveRef`` with a dynamic scope (resolved statically); keywords of another
-draft that this draft's validator ignores, e.g. ``dependencies`` in a schema declaring 2020-12 (ignored, as a
-validator would). Without ``$schema``, a schema is read as 2020-12 plus the draft-07 spellings (``dependencies``,
-``items`` lists with ``additionalItems``), or as draft-07 when only the draft-07 metaschema accepts it. Unknown
-keywords and annotations (``title``, ``description``, ``default``, ``examples``, ``$comment``, ``deprecated``,
-``readOnly``, ``writeOnly``, ``content*``, ``$schema``, ``$id``...) are ignored in both modes.
+draft that this draft's validator ignores, e.g. ``dependencies`` in a schema declaring 2020-12, and the draft-03
+``divisibleBy``/``disallow``/``extends`` (ignored, as a validator would). Without ``$schema``, a schema is read
+as 2020-12 plus the draft-07 spellings (``dependencies``, ``items`` lists with ``additionalItems``), or as draft-07
+when only the draft-07 metaschema accepts it. Unknown keywords and annotations (``title``, ``description``,
+``default``, ``examples``, ``$comment``, ``deprecated``, ``readOnly``, ``writeOnly``, ``content*``, ``$schema``,
+``$id``...) are ignored in both modes.
 
 Errors (:class:`JsonSchemaError`, with the JSON pointer and keyword at fault): a schema that is not valid JSON
 Schema (its metaschema; patterns are judged by the regex compiler, not by Python's ``re``), an unresolvable or
 remote ``$ref``, an unsatisfiable schema (``minimum`` above ``maximum``, an empty enum, a contradictory
 ``allOf``, ``minLength`` above ``maxLength``, a required property that cannot be present, a recursion that never
 ends). Unsatisfiable parts that are optional (an anyOf branch, an optional property) are simply left out.
+
+Known limits: the property order is fixed (a valid object whose keys come in another order is not produced);
+additional-property keys may repeat (a grammar cannot remember unbounded key sets; ``minProperties`` that only
+repeated keys could meet is refused); ``\d``/``\w``/``\s`` are ASCII as in ECMAScript, whereas Python's ``re``
+(what jsonschema uses) also matches other Unicode digits/letters/spaces, so a negated class such as ``\D`` allows
+a few characters that jsonschema would reject; formats are asserted (also on enum values of the same schema),
+while jsonschema treats most of them as annotations.
 """
 
 from __future__ import annotations
@@ -122,8 +133,9 @@ MAX_REGEX_CHARS = 60_000
 MAX_REGEX_DEPTH = 60
 #: Most automaton states of one derived string/number language.
 MAX_AUTOMATON_STATES = 4_000
-#: Most states of a pattern/format automaton times a length bound that are combined exactly.
-MAX_LENGTH_PRODUCT = 1_500
+#: A pattern/format automaton times a length bound up to this many states is combined into one regex; larger
+#: combinations are cut into blocks (see ``length_blocks``).
+MAX_LENGTH_PRODUCT = 400
 #: Most grammar rules one schema may produce.
 MAX_RULES = 20_000
 #: ``uniqueItems`` is exact for items drawn from an enum of at most this many values (a rule per subset).
@@ -132,7 +144,7 @@ MAX_UNIQUE_ENUM = 8
 MAX_ENUMERATED_MULTIPLES = 512
 #: ``maxLength`` above this is written as blocks of fixed-length rules rather than one counted regex.
 LENGTH_BLOCK_THRESHOLD = 256
-LENGTH_BLOCK = 64
+LENGTH_BLOCK = 32
 
 
 class JsonSchemaError(StructureError):
@@ -831,6 +843,24 @@ class _CDFA:
 
     def minimized(self) -> _CDFA:
         return _minimize(self)
+
+    def from_state(self, start: int, accept_only: int | None = None) -> _CDFA:
+        """The same automaton started at ``start`` (accepting only in ``accept_only`` when given)."""
+        index = {start: 0}
+        order = [start]
+        edges = []
+        i = 0
+        while i < len(order):
+            row = []
+            for lo, hi, t in self.edges[order[i]]:
+                if t not in index:
+                    index[t] = len(order)
+                    order.append(t)
+                row.append((lo, hi, index[t]))
+            edges.append(row)
+            i += 1
+        accept = [self.accept[s] if accept_only is None else s == accept_only for s in order]
+        return _CDFA(edges, accept)
 
     def encode_json(self) -> _CDFA:
         """The language of canonical JSON string bodies whose decoded text this DFA accepts."""
@@ -3047,18 +3077,40 @@ class _Compiler:
         ):  # fmt: skip
             return Regex(_quoted(_FORMATS_ENCODED[sh.formats[0][0]]))
         at = (sh.patterns or sh.formats or sh.neg_patterns or sh.neg_formats or [("", "")])[0][1]
+        keyword = "pattern" if sh.patterns or sh.neg_patterns else "format"
         try:
             d = self.string_cdfa(sh)
         except _TooLarge:
-            self.refuse(
-                at,
-                "pattern" if sh.patterns else "format",
-                "the string constraints need too large an automaton",
-                "any string allowed",
-            )
+            self.refuse(at, keyword, "the string constraints need too large an automaton", "any string allowed")
             return self.shared("json_string")
-        if d is None:
-            return self.length_expr(sh.min_len, sh.max_len)
+        length_at = sh.max_len_at if sh.max_len is not None else sh.min_len_at
+        if sh.min_len > 0 or sh.max_len is not None:
+            shortest, longest = d.length_range()
+            if shortest >= sh.min_len and (sh.max_len is None or (longest is not None and longest <= sh.max_len)):
+                pass  # the lengths are redundant
+            else:
+                bound = sh.max_len if sh.max_len is not None else sh.min_len
+                combined = None
+                if d.n * (bound + 1) <= MAX_LENGTH_PRODUCT:
+                    combined = d.intersect(_CDFA.length(sh.min_len, sh.max_len)).minimized()
+                    if combined.is_empty():
+                        raise self.unsatisfiable(
+                            "no string of the allowed lengths satisfies the pattern/format", *length_at
+                        )
+                    try:
+                        return _quote_expr(self.automaton_expr(combined.encode_json().minimized()))
+                    except _TooLarge:
+                        pass
+                if sh.max_len is not None:
+                    try:
+                        return self.length_blocks(d, sh.min_len, sh.max_len)
+                    except _TooLarge:
+                        pass
+                self.refuse(
+                    *length_at,
+                    "a length bound together with a pattern or format needs too large an automaton",
+                    "the length bound ignored",
+                )  # fmt: skip
         # A pattern's or format's own text is far smaller than a regex written back from the automaton: use one
         # when it means exactly the combined encoded language (the other constraints are then redundant).
         texts: list[str] = []
@@ -3068,10 +3120,82 @@ class _Compiler:
         for text in dict.fromkeys(texts):
             if self.same_language(text, d):
                 return Regex(_quoted(text))
-        body = self.encoded(d, at, "pattern" if sh.patterns else "format")
+        body = self.encoded(d, at, keyword)
         if body is None:
             return self.shared("json_string")
         return _quote_expr(body)
+
+    def length_blocks(self, d: _CDFA, lo: int, hi: int) -> Expr:
+        """See :meth:`blocks_of`; tries shorter blocks while the block regexes are too large."""
+        for size in (32, 16, 8, 4):
+            if hi // size > 64:
+                break
+            saved = dict(self.rules)
+            try:
+                return self.blocks_of(d, lo, hi, size)
+            except _TooLarge:
+                self.rules = saved
+        raise _TooLarge("blocks")
+
+    def blocks_of(self, d: _CDFA, lo: int, hi: int, size: int) -> Expr:
+        """Strings of ``d`` with lo <= length <= hi when the product automaton would be too large: a string is cut
+        into blocks of ``size`` characters and a shorter remainder. One regex per (state, state) for
+        a block, one rule per (state, blocks so far): deterministic (a block's end state is fixed by the DFA) and
+        the stack grows by one call per block."""
+        d = d.minimized()
+        if d.n > 12:
+            raise _TooLarge("pattern states")
+        prefix = f"blocks{len(self.rules)}."
+        while any(name.startswith(prefix) for name in self.rules):
+            prefix += "x"
+        budget = [4 * MAX_REGEX_CHARS]
+
+        def regex_rule(name: str, lang: _CDFA) -> str | None:
+            if name in self.rules:
+                return name
+            lang = lang.minimized()
+            if lang.is_empty():
+                return None
+            rx = self.automaton_expr(lang.encode_json().minimized(), budget=12_000)
+            budget[0] -= len(rx.pattern)
+            if budget[0] < 0:
+                raise _TooLarge("blocks")
+            self.rules[name] = rx
+            return name
+
+        def block(p: int, q: int) -> str | None:
+            return regex_rule(f"{prefix}b{p}.{q}", d.from_state(p, q).intersect(_CDFA.length(size, size)))
+
+        def remainder(p: int, a: int, b: int) -> str | None:
+            return regex_rule(f"{prefix}r{p}.{a}.{b}", d.from_state(p).intersect(_CDFA.length(a, b)))
+
+        made: dict[tuple[int, int], bool] = {}
+
+        def rule(p: int, j: int) -> bool:
+            """Define M(p, j): the rest of a string from state p after j blocks; False when empty."""
+            key = (p, j)
+            if key in made:
+                return made[key]
+            made[key] = False
+            options: list[Expr] = []
+            if (j + 1) * size <= hi:
+                for q in range(d.n):
+                    b = block(p, q)
+                    if b is not None and rule(q, j + 1):
+                        options.append(Seq((Ref(b), Ref(f"{prefix}m{q}.{j + 1}"))))
+            a, c = max(0, lo - j * size), min(size - 1, hi - j * size)
+            if a <= c:
+                r = remainder(p, a, c)
+                if r is not None:
+                    options.append(Ref(r))
+            if options:
+                self.rules[f"{prefix}m{p}.{j}"] = options[0] if len(options) == 1 else Alt(tuple(options))
+                made[key] = True
+            return made[key]
+
+        if not rule(0, 0):
+            raise _TooLarge("empty")
+        return Seq((Literal('"'), Ref(f"{prefix}m0.0"), Literal('"')))
 
     def same_language(self, text: str, decoded: _CDFA) -> bool:
         """Whether the regex ``text`` (usable as a grammar terminal) matches exactly the canonical encodings of
@@ -3130,28 +3254,8 @@ class _Compiler:
         for name, ptr in sh.neg_formats:
             d = d.minus(_CDFA.from_regex(_FORMATS[name])).minimized()
         if d.is_empty():
-            ptr, kw = first or (sh.neg_patterns or sh.neg_formats or [("", "")])[0][1], "pattern"
+            ptr, kw = first or ((sh.neg_patterns or sh.neg_formats or [("", "")])[0][1], "pattern")
             raise self.unsatisfiable("no string satisfies the pattern/format constraints together", ptr, kw)
-        if sh.min_len > 0 or sh.max_len is not None:
-            shortest, longest = d.length_range()
-            if shortest >= sh.min_len and (sh.max_len is None or (longest is not None and longest <= sh.max_len)):
-                return d
-            try:
-                if d.n * ((sh.max_len if sh.max_len is not None else sh.min_len) + 1) > MAX_LENGTH_PRODUCT:
-                    raise _TooLarge("length product")
-                d = d.intersect(_CDFA.length(sh.min_len, sh.max_len)).minimized()
-            except _TooLarge:
-                at = sh.max_len_at if sh.max_len is not None else sh.min_len_at
-                self.refuse(
-                    at[0],
-                    at[1],
-                    "a long length bound together with a pattern or format needs too large an automaton",
-                    "ignored",
-                )
-                return d
-            if d.is_empty():
-                at = sh.max_len_at if sh.max_len is not None else sh.min_len_at
-                raise self.unsatisfiable("no string of the allowed lengths satisfies the pattern/format", *at)
         return d
 
     def encoded(self, d: _CDFA, ptr: str, keyword: str) -> Expr | None:
