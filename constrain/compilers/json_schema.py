@@ -2019,7 +2019,6 @@ class _Compiler:
         if name not in self.rules:
             bodies = {
                 "json_string": lambda: Regex(_STRING),
-                "json_chars": lambda: Regex(f"{_CHAR}*"),
                 "json_number": lambda: Regex(_NUMBER),
                 "json_integer": lambda: Regex(_INTEGER),
                 "json_fraction": lambda: Regex(_NONINT),
@@ -3799,7 +3798,9 @@ class _Compiler:
     def key_except(self, names: list[str]) -> Ref:
         """A JSON string other than the given names: a trie of their (canonically encoded) characters in which
         leaving the trie anywhere continues with any characters. Built as grammar expressions, so its size stays
-        linear and no large regex is parsed."""
+        linear and no large regex is parsed. The rule calls no other rule, so its automaton returns only after
+        the closing quote and its string states share their masks with every other string (see
+        :class:`~constrain.pushdown.LexicalMasks`)."""
         rule = "json_key_except:" + json.dumps(sorted(names), ensure_ascii=False)
         if rule in self.rules:
             return Ref(rule)
@@ -3822,13 +3823,10 @@ class _Compiler:
         self.rules[rule] = Seq((Literal('"'), build(trie), Literal('"')))
         return Ref(rule)
 
-    def leave_trie(self, tokens: list[str]) -> Ref:
-        """A rule for: one encoded character other than ``tokens``, then any characters (shared by every trie
-        node with the same set of next characters)."""
-        rule = "json_chars_except:" + "".join(sorted(tokens))
-        if rule not in self.rules:
-            self.rules[rule] = Seq((Regex(_char_except(tokens)), self.shared("json_chars")))
-        return Ref(rule)
+    @staticmethod
+    def leave_trie(tokens: list[str]) -> Expr:
+        """One encoded character other than ``tokens``, then any characters."""
+        return Regex(_char_except(tokens) + f"{_CHAR}*")
 
     def in_place(self, ptr: str) -> set[str]:
         """Pointers of the subschemas evaluated in place of ``ptr`` (whose annotations it sees)."""
