@@ -332,7 +332,7 @@ class ByteDFA:
             return self
         edges = self._edges()
         # Bytes that behave identically in every state form one class; refine over classes only.
-        columns = np.ascontiguousarray(edges[:, _byte_class_representatives(edges)])
+        columns = np.ascontiguousarray(edges[:, _byte_classes(edges)[0]])
         block_of = _hopcroft(columns, self.accepting)
         num_blocks = int(block_of.max()) + 1
         if num_blocks == self.num_states:
@@ -356,6 +356,59 @@ class ByteDFA:
             if state < 0:
                 return False
         return bool(self.accepting[state])
+
+
+_HASH_MULTIPLIERS = np.random.default_rng(0x636F6E737472).integers(1, 2**63, size=256, dtype=np.uint64) | np.uint64(1)
+
+
+def bounded_language_hashes(trans: np.ndarray, accepting: np.ndarray, depth: int) -> np.ndarray:
+    """Per state of a trimmed, call-free DFA: a 64-bit hash of its language cut at ``depth`` bytes.
+
+    Two states get the same hash when (up to a hash collision, about 2^-64 per pair) every string of at most
+    ``depth`` bytes leads them both to the dead state, or both to accepting states, or both to live
+    non-accepting ones. A token walk only reads tokens of at most the trie's depth, so such states have the same
+    walk: this is what lets a string of ``maxLength`` 500 share the walk of an unbounded string once fewer than
+    500 characters fit in any token, and lets different structures share the walks of the same lexical pieces.
+    """
+    trans = np.ascontiguousarray(trans, dtype=np.int32)
+    reps, class_of = _byte_classes(trans)
+    # The sum over bytes is linear, so the bytes of one class (identical columns) are summed once, with the sum
+    # of their multipliers: the hash does not depend on how a DFA's classes fall.
+    multipliers = np.zeros(len(reps), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        np.add.at(multipliers, class_of, _HASH_MULTIPLIERS)
+    return _bounded_hashes(np.ascontiguousarray(trans[:, reps]), accepting, depth, multipliers)
+
+
+@njit(cache=True)
+def _mix64(x):
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+@njit(cache=True)
+def _bounded_hashes(columns, accepting, depth, multipliers):
+    """Round k hashes each state's acceptance with the round k-1 hashes of its targets (the dead state has a
+    constant hash), weighted per byte class; ``depth`` rounds."""
+    n, width = columns.shape
+    base = np.empty(n, dtype=np.uint64)
+    for s in range(n):
+        base[s] = np.uint64(0x2545F4914F6CDD1D) if accepting[s] else np.uint64(0x3C6EF372FE94F82B)
+    hashes = np.empty(n, dtype=np.uint64)
+    for s in range(n):
+        hashes[s] = _mix64(base[s])
+    nxt = np.empty(n, dtype=np.uint64)
+    dead = np.uint64(0x9E3779B97F4A7C15)
+    for _ in range(depth):
+        for s in range(n):
+            acc = np.uint64(0)
+            for c in range(width):
+                t = columns[s, c]
+                acc += (hashes[t] if t >= 0 else dead) * multipliers[c]
+            nxt[s] = _mix64(acc ^ base[s])
+        hashes, nxt = nxt, hashes
+    return hashes
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -549,8 +602,9 @@ def _bfs_order(trans, block_of, num_blocks):
 
 
 @njit(cache=True)
-def _byte_class_representatives(trans):
-    """One byte per class of bytes whose columns of ``trans`` are identical (hash, then verify exactly)."""
+def _byte_classes(trans):
+    """Bytes whose columns of ``trans`` are identical form a class (hash, then verify exactly): one
+    representative byte per class, and each byte's class."""
     n, width = trans.shape
     hashes = np.empty(width, dtype=np.uint64)
     for b in range(width):
@@ -559,9 +613,10 @@ def _byte_class_representatives(trans):
             h = (h ^ np.uint64(trans[s, b] + 2)) * np.uint64(1099511628211)
         hashes[b] = h
     reps = np.empty(width, dtype=np.int64)
+    class_of = np.empty(width, dtype=np.int64)
     num = 0
     for b in range(width):
-        new = True
+        found = -1
         for r in range(num):
             other = reps[r]
             if hashes[other] != hashes[b]:
@@ -572,9 +627,11 @@ def _byte_class_representatives(trans):
                     same = False
                     break
             if same:
-                new = False
+                found = r
                 break
-        if new:
+        if found < 0:
             reps[num] = b
+            found = num
             num += 1
-    return reps[:num]
+        class_of[b] = found
+    return reps[:num], class_of

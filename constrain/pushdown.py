@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-import hashlib
 import os
 import tempfile
 import threading
@@ -24,6 +23,7 @@ from collections import OrderedDict
 import numpy as np
 from numba import njit
 
+from .automaton import bounded_language_hashes
 from .cache import cache_dir
 from .errors import StructureError
 from .grammar import Grammar, Pushdown, build_pushdown
@@ -56,7 +56,7 @@ class Machine:
     call_start: np.ndarray  # int32: the callee's start state
     call_return: np.ndarray  # int32: the caller's state after the callee returns
     rule_start: np.ndarray  # int32 (R,): global start state of each rule
-    lexical_keys: tuple[str | None, ...]  # per rule: a content hash when the rule calls no other rule
+    call_free: tuple[bool, ...]  # per rule: True when it calls no other rule (a lexical piece)
 
     @classmethod
     def from_pushdown(cls, pushdown: Pushdown) -> Machine:
@@ -81,7 +81,7 @@ class Machine:
             np.asarray(starts, dtype=np.int32),
             np.asarray(returns, dtype=np.int32),
             offsets[:-1].astype(np.int32),
-            tuple(_content_key(dfa) if not dfa.callees else None for dfa in pushdown.rules),
+            tuple(not dfa.callees for dfa in pushdown.rules),
         )
 
     @cached_property
@@ -93,6 +93,11 @@ class Machine:
         """(rule index, state within that rule's DFA) of a global state."""
         rule = int(np.searchsorted(self.rule_start, state, side="right")) - 1
         return rule, state - int(self.rule_start[rule])
+
+    def rule_states(self, rule: int) -> slice:
+        """The global states of one rule."""
+        end = int(self.rule_start[rule + 1]) if rule + 1 < len(self.rule_start) else self.trans.shape[0]
+        return slice(int(self.rule_start[rule]), end)
 
     @property
     def start(self) -> Configs:
@@ -192,32 +197,46 @@ class Machine:
         return pops[:count]
 
 
-def _content_key(dfa) -> str:
-    """A hash of a call-free rule's automaton: equal keys mean equal automata, whatever structure they are in."""
-    digest = hashlib.sha256()
-    digest.update(np.ascontiguousarray(dfa.trans).tobytes())
-    digest.update(np.ascontiguousarray(dfa.accepting).tobytes())
-    return digest.hexdigest()[:32]
-
-
 class LexicalMasks:
-    """Local walks of lexical rules (a JSON string body, a number, whitespace), one store per vocabulary.
+    """Local walks of lexical (call-free) rule states, one store per vocabulary, shared by every structure.
 
-    Real schemas reuse the same few lexical pieces; their walks depend only on the piece's automaton and the
-    vocabulary, so they are computed once per tokenizer, kept on disk under ``cache_dir("masks", ...)``, and
-    reused by every structure compiled afterwards, in this process or a later one.
+    A call-free state's walk depends only on its language cut at the trie's depth, so walks are keyed by
+    :func:`~constrain.automaton.bounded_language_hashes`: equal pieces in different schemas (a JSON string, a
+    number, a date) share one walk, kept in memory and on disk under ``cache_dir("masks", ...)``.
+
+    The store also composes new walks from old ones. Below the trie node of a first byte ``b``, a state's walk
+    depends only on the state ``b`` leads to; so a new state borrows that subtree from any known walk whose state
+    leads, on ``b``, to an equal language. A string state that differs from a plain string in one character
+    (inside a property name the schema excludes) walks only that character's subtree.
     """
 
     #: Bumped whenever what a walk records changes, so stale files on disk are never read.
-    FORMAT = 2
+    FORMAT = 3
     _stores: dict[str, LexicalMasks] = {}
     _stores_lock = threading.Lock()
     MAX_ENTRIES = 4096
+    #: First-byte subtrees with fewer tokens than this are walked, not borrowed.
+    MIN_BORROWED_TOKENS = 256
 
     def __init__(self, vocab: Vocabulary):
+        self.vocab = vocab
         self.folder = cache_dir("masks", f"v{self.FORMAT}", vocab.fingerprint[:32])
-        self._entries: OrderedDict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        trie = vocab.trie
+        self.depth = trie.max_depth
+        first = [0] if trie.num_nodes else []
+        while first and trie.node_next[first[-1]] < trie.num_nodes:
+            first.append(int(trie.node_next[first[-1]]))
+        self.first_nodes = np.asarray(first, dtype=np.int32)
+        self.first_bytes = trie.node_byte[self.first_nodes].astype(np.int64)
+        spans = trie.node_token_ptr[trie.node_next[self.first_nodes]] - trie.node_token_ptr[self.first_nodes]
+        self.borrowable = np.flatnonzero(spans >= self.MIN_BORROWED_TOKENS)  # indices into first_nodes
+        self._subtree_words = np.stack([self._token_words(j) for j in self.borrowable]) if len(self.borrowable) else (
+            np.zeros((0, (vocab.size + 31) // 32), dtype=np.uint32)
+        )
+        self._entries: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._lenders: dict[tuple[int, int], int] = {}  # (hash after the first byte, first-node index) -> walk
         self._lock = threading.Lock()
+        self.persist_min_tokens = max(1, vocab.size // 16)
 
     @classmethod
     def of(cls, vocab: Vocabulary) -> LexicalMasks:
@@ -227,19 +246,72 @@ class LexicalMasks:
                 store = cls._stores[vocab.fingerprint] = cls(vocab)
             return store
 
-    def get(self, key: str, state: int, compute) -> tuple[np.ndarray, np.ndarray]:
-        entry = self._entries.get((key, state))
+    def _token_words(self, j: int) -> np.ndarray:
+        """The tokens of first-byte subtree ``j`` as packed words."""
+        trie = self.vocab.trie
+        node = self.first_nodes[j]
+        ids = trie.token_ids[trie.node_token_ptr[node] : trie.node_token_ptr[trie.node_next[node]]]
+        words = np.zeros((self.vocab.size + 31) // 32, dtype=np.uint32)
+        np.bitwise_or.at(words, ids >> 5, np.left_shift(np.uint32(1), (ids & 31).astype(np.uint32)))
+        return words
+
+    def walk(self, trans: np.ndarray, accepting: np.ndarray, hashes: np.ndarray, state: int):
+        """(words, pop ranges) of a call-free state: global ``trans``/``accepting`` and the bounded-language
+        ``hashes`` of its rule's states (indexed by global state)."""
+        key = int(hashes[state])
+        entry = self._entries.get(key)
         if entry is None:
-            path = self.folder / f"{key}-{state}.npz"
+            path = self.folder / f"{key:016x}.npz"
             entry = self._load(path)
             if entry is None:
-                entry = compute()
-                self._save(path, entry)
+                entry, walked_tokens = self._compose(trans, accepting, hashes, state)
+                if walked_tokens >= self.persist_min_tokens:
+                    self._save(path, entry)
             with self._lock:
-                self._entries[(key, state)] = entry
+                self._entries[key] = entry
                 if len(self._entries) > self.MAX_ENTRIES:
                     self._entries.popitem(last=False)
+                after = trans[state, self.first_bytes[self.borrowable]]
+                for j, t in zip(self.borrowable.tolist(), after.tolist()):
+                    if t >= 0:
+                        self._lenders[(int(hashes[t]), j)] = key
+                if len(self._lenders) > self.MAX_ENTRIES * 64:
+                    self._lenders.clear()
         return entry
+
+    def _compose(self, trans, accepting, hashes, state) -> tuple[tuple[np.ndarray, np.ndarray], int]:
+        trie = self.vocab.trie
+        words = np.zeros((self.vocab.size + 31) // 32, dtype=np.uint32)
+        lender_of = np.full(len(self.first_nodes), -1, dtype=np.int32)
+        lenders: list[tuple[np.ndarray, np.ndarray]] = []
+        slots: dict[int, int] = {}
+        after = trans[state, self.first_bytes[self.borrowable]]
+        for j, t in zip(self.borrowable.tolist(), after.tolist()):
+            if t < 0:
+                continue
+            lender = self._entries.get(self._lenders.get((int(hashes[t]), j), -1))
+            if lender is None:
+                continue
+            slot = slots.setdefault(id(lender), len(lenders))
+            if slot == len(lenders):
+                lenders.append(lender)
+            lender_of[j] = slot
+        lender_words = np.stack([w for w, _ in lenders]) if lenders else np.zeros((1, 1), dtype=np.uint32)
+        pops = np.empty(trie.num_nodes, dtype=np.int32)
+        num_pops, walked_tokens = _walk_lexical(
+            trans, accepting, state, self.first_nodes, lender_of, lender_words, self.borrowable, self._subtree_words,
+            trie.node_key, trie.node_next, trie.node_token_ptr, trie.token_ids, self.depth, words, pops,
+        )  # fmt: skip
+        pops = pops[:num_pops]
+        rows = [np.stack([pops + 1, trie.node_next[pops], trie.node_depth[pops]], axis=1).astype(np.int64)]
+        for slot, (_, lender_ranges) in enumerate(lenders):
+            if len(lender_ranges):
+                subtree = np.searchsorted(self.first_nodes, lender_ranges[:, 0] - 1, side="right") - 1
+                rows.append(lender_ranges[lender_of[subtree] == slot])
+        ranges = np.concatenate(rows) if len(rows) > 1 else rows[0]
+        words.flags.writeable = False
+        ranges.flags.writeable = False
+        return (words, ranges), int(walked_tokens)
 
     @staticmethod
     def _load(path) -> tuple[np.ndarray, np.ndarray] | None:
@@ -281,6 +353,21 @@ class PushdownMasks(MaskCache):
         self._local: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._max_local = self._max_entries
         self._local_lock = threading.Lock()
+        self._lexical = LexicalMasks.of(vocab)
+        self._hashes = np.zeros(machine.trans.shape[0], dtype=np.uint64)
+        self._hashed = np.zeros(len(machine.rule_start), dtype=bool)
+
+    def _rule_hashes(self, rule: int) -> np.ndarray:
+        """The global hash array, with the bounded-language hashes of ``rule``'s states filled in."""
+        if not self._hashed[rule]:
+            states = self.machine.rule_states(rule)
+            local = self.machine.trans[states] - states.start
+            local[self.machine.trans[states] < 0] = -1
+            self._hashes[states] = bounded_language_hashes(
+                local, self.machine.accepting[states], self._lexical.depth
+            )
+            self._hashed[rule] = True
+        return self._hashes
 
     def local(self, state: int) -> tuple[np.ndarray, np.ndarray]:
         """(words, pop ranges) of a top frame in ``state`` that starts with a byte of its own rule: the tokens it
@@ -289,10 +376,9 @@ class PushdownMasks(MaskCache):
         entry = self._local.get(state)
         if entry is not None:
             return entry
-        rule, local_state = self.machine.locate(state)
-        key = self.machine.lexical_keys[rule]
-        if key is not None:  # a lexical rule: its walks depend on its own DFA only, so every structure shares them
-            entry = LexicalMasks.of(self.vocab).get(key, local_state, lambda: self._local_walk(state))
+        rule, _ = self.machine.locate(state)
+        if self.machine.call_free[rule]:  # a lexical piece: every structure over this vocabulary shares its walks
+            entry = self._lexical.walk(self.machine.trans, self.machine.accepting, self._rule_hashes(rule), state)
         else:
             entry = self._local_walk(state)
         with self._local_lock:
@@ -498,3 +584,49 @@ def _walk_pushdown(
                 out[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
             i += 1
     return num_pops
+
+
+@njit(cache=True, nogil=True)
+def _walk_lexical(
+    trans, accepting, state, first_nodes, lender_of, lender_words, borrowable, subtree_words, node_key, node_next,
+    node_token_ptr, token_ids, depth_cap, out, pops,
+):
+    """The walk of a call-free state: a plain DFA walk that records, as pops, the trie nodes with children where
+    the state is accepting. A first-byte subtree with a lender (``lender_of[j] >= 0``) is not walked: its tokens
+    are the lender's words within ``subtree_words`` (its pops are the lender's, added by the caller). Returns
+    (pops written, tokens in the walked subtrees)."""
+    for k in range(borrowable.shape[0]):
+        lender = lender_of[borrowable[k]]
+        if lender >= 0:
+            for w in range(out.shape[0]):
+                out[w] |= lender_words[lender, w] & subtree_words[k, w]
+    stack = np.empty(depth_cap + 1, dtype=np.int32)
+    num_pops = 0
+    walked = 0
+    for j in range(first_nodes.shape[0]):
+        node = first_nodes[j]
+        end = node_next[node]
+        t = trans[state, node_key[node] & 255]
+        if t < 0:
+            continue
+        if lender_of[j] >= 0:
+            continue
+        walked += node_token_ptr[end] - node_token_ptr[node]
+        stack[0] = state
+        i = node
+        while i < end:
+            key = node_key[i]
+            depth = key >> 8
+            s = trans[stack[depth - 1], key & 255]
+            if s < 0:
+                i = node_next[i]
+                continue
+            stack[depth] = s
+            for k in range(node_token_ptr[i], node_token_ptr[i + 1]):
+                tok = token_ids[k]
+                out[tok >> 5] |= np.uint32(1) << np.uint32(tok & 31)
+            if accepting[s] and node_next[i] != i + 1:
+                pops[num_pops] = i
+                num_pops += 1
+            i += 1
+    return num_pops, walked

@@ -10,6 +10,9 @@ import lark
 import numpy as np
 import pytest
 
+from constrain.automaton import bounded_language_hashes
+from constrain.compilers.json_schema import compile_json_schema
+from constrain.compilers.regex import regex_to_dfa
 from constrain.errors import RegexError
 from constrain.grammar import Alt, Grammar, GrammarError, Literal, Ref, Regex, Repeat, Seq, build_pushdown
 from constrain import pushdown
@@ -191,3 +194,48 @@ def test_matcher_follows_real_tokenizations(gemma_vocab, gemma_tokenizer):
         assert matcher.is_finished()
         matcher.rollback(2)
         assert not matcher.is_finished()
+
+
+def test_bounded_language_hashes_identify_states_with_the_same_short_strings():
+    depth = 6
+    bounded = regex_to_dfa('"[a-z]{0,20}"')
+    unbounded = regex_to_dfa('"[a-z]*"')
+    narrower = regex_to_dfa('"[a-y]*"')
+    h_bounded = bounded_language_hashes(bounded.trans, bounded.accepting, depth)
+    h_unbounded = bounded_language_hashes(unbounded.trans, unbounded.accepting, depth)
+    h_narrower = bounded_language_hashes(narrower.trans, narrower.accepting, depth)
+    inside = int(unbounded.trans[0, ord('"')])
+    state = int(bounded.trans[0, ord('"')])
+    for letters in range(21):
+        # Strings of at most `depth` bytes cannot tell the bounded string from the unbounded one while at least
+        # `depth` more letters may come; closer to the bound they can.
+        assert (h_bounded[state] == h_unbounded[inside]) == (20 - letters >= depth), letters
+        state = int(bounded.trans[state, ord("a")])
+    assert h_narrower[int(narrower.trans[0, ord('"')])] != h_unbounded[inside]
+    # The same language built differently (other byte classes, other state numbering) hashes the same.
+    other = regex_to_dfa('"(?:[a-m]|[n-z])*"')
+    assert set(bounded_language_hashes(other.trans, other.accepting, depth)) == set(h_unbounded)
+
+
+SCHEMA_WITH_KEYS = {
+    "type": "object",
+    "properties": {"deliveryRoundID": {"type": "string"}, "name": {"type": "string", "maxLength": 40}},
+    "additionalProperties": {"type": "integer"},
+}
+
+
+@pytest.mark.parametrize("prefix", ['{"', '{"deliveryR', '{"deliveryRoundID":"x","na', '{"name":"ab', '{"zz":1,"d'])
+def test_composed_lexical_walks_equal_a_whole_walk_on_gemma(gemma_vocab, prefix):
+    """Walks composed from other states' subtrees (a property name the schema excludes borrows the plain
+    string's walk) give exactly the mask of one whole walk of the configurations."""
+    structure = compile_json_schema(SCHEMA_WITH_KEYS, gemma_vocab)
+    machine = structure.machine
+    warm = machine.read(machine.start, b'{"q')  # a plain key string: its walk becomes a lender
+    structure.masks.get(warm)
+    configs = machine.read(machine.start, prefix.encode())
+    assert configs, prefix
+    got = structure.masks.get(configs).view(np.uint32).copy()
+    want = np.zeros_like(got)
+    machine.walk(configs, gemma_vocab.trie, want)
+    assert not machine.can_end(configs)  # inside an object: no end-of-sequence bits to add
+    assert np.array_equal(got, want), prefix
