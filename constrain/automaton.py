@@ -118,6 +118,38 @@ def complement_ranges(ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]
 # NFA
 
 
+def _byte_groups(out, closure_of, unions) -> list[tuple[int, int, frozenset[int]]]:
+    """Split the byte edges ``out`` (lo, hi, target) of one subset into maximal byte ranges with one set of
+    targets each: ``(first byte, end byte, closure of the targets)``. A sweep over the range ends, so a subset
+    with many edges costs O(E log E), not O(E^2)."""
+    events: dict[int, list[tuple[int, int]]] = {}
+    for lo, hi, dst in out:
+        events.setdefault(lo, []).append((dst, 1))
+        events.setdefault(hi + 1, []).append((dst, -1))
+    active: dict[int, int] = {}
+    groups = []
+    cuts = sorted(events)
+    for a, b in zip(cuts, cuts[1:]):
+        for dst, delta in events[a]:
+            count = active.get(dst, 0) + delta
+            if count:
+                active[dst] = count
+            else:
+                del active[dst]
+        if not active:
+            continue
+        targets = frozenset(active)
+        nxt = unions.get(targets)
+        if nxt is None:
+            nxt = frozenset().union(*(closure_of(t) for t in targets))
+            unions[targets] = nxt
+        if groups and groups[-1][1] == a and groups[-1][2] is nxt:
+            groups[-1] = (groups[-1][0], b, nxt)  # adjacent ranges going to the same subset: one range
+        else:
+            groups.append((a, b, nxt))
+    return groups
+
+
 class ByteNFA:
     """A Thompson-style NFA under construction: byte-range edges, epsilon edges and anchor-marker edges."""
 
@@ -193,6 +225,7 @@ class ByteNFA:
         """Subset construction to a trimmed, minimised :class:`ByteDFA`."""
         epsilon, edges = self.epsilon, self.edges
         closures: dict[int, frozenset[int]] = {}
+        unions: dict[frozenset[int], frozenset[int]] = {}
 
         def closure_of(state: int) -> frozenset[int]:
             c = closures.get(state)
@@ -219,15 +252,7 @@ class ByteNFA:
                 lo, hi, dst = out[0]
                 groups = [(lo, hi + 1, closure_of(dst))]
             else:
-                cuts = sorted({lo for lo, _, _ in out} | {hi + 1 for _, hi, _ in out})
-                groups = []
-                for a, b in zip(cuts, cuts[1:]):
-                    targets = [dst for lo, hi, dst in out if lo <= a and b - 1 <= hi]
-                    if targets:
-                        nxt = closure_of(targets[0])
-                        for t in targets[1:]:
-                            nxt = nxt | closure_of(t)
-                        groups.append((a, b, nxt))
+                groups = _byte_groups(out, closure_of, unions)
             for a, b, nxt in groups:
                 j = index.get(nxt)
                 if j is None:

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Union
 
 import numpy as np
 
 from .automaton import ByteDFA, ByteNFA
+from .cache import BoundedCache
 from .compilers.regex import add_regex
 from .errors import StructureError
 
@@ -98,17 +100,63 @@ def build_pushdown(grammar: Grammar) -> Pushdown:
     index = {name: i for i, name in enumerate(names)}
     rules = []
     for name in names:
-        nfa = ByteNFA()
-        start, accept = nfa.new_state(), nfa.new_state()
-        _build(nfa, grammar.rules[name], start, accept, index, name)
-        rules.append(nfa.determinize(start, accept))
+        try:
+            dfa, called = _rule_dfa(grammar.rules[name])
+        except GrammarError as exc:
+            raise GrammarError(f"rule {name!r} {exc}") from None
+        for callee in called:
+            if callee not in index:
+                raise GrammarError(f"rule {name!r} refers to the undefined rule {callee!r}")
+        rules.append(ByteDFA(dfa.trans, dfa.accepting, dfa.calls, tuple(index[called[k]] for k in dfa.callees)))
     pushdown = Pushdown(tuple(names), tuple(rules))
     _check_productive(pushdown)
     _check_left_recursion(pushdown)
     return pushdown
 
 
-def _build(nfa: ByteNFA, expr: Expr, src: int, dst: int, index: Mapping[str, int], rule: str) -> None:
+#: Rule DFAs by body, shared by every grammar built in this process.
+_RULE_DFAS = BoundedCache(128 * 1024 * 1024)
+
+
+def _rule_dfa(body: Expr) -> tuple[ByteDFA, tuple[str, ...]]:
+    """A rule body's DFA, its call columns naming rules by position in the returned names. Cached per process by
+    the body itself: the pieces every JSON schema shares (a value, an object of anything) are built once. The
+    arrays are shared, so they are made read-only."""
+    try:
+        cached = _RULE_DFAS.get(body)
+    except TypeError:  # an unhashable body (a list where a tuple belongs): build it, uncached
+        return _build_rule_dfa(body)
+    if cached is None:
+        cached = _build_rule_dfa(body)
+        dfa = cached[0]
+        _RULE_DFAS.put(body, cached, dfa.trans.nbytes + dfa.calls.nbytes + dfa.accepting.nbytes)
+    return cached
+
+
+def _build_rule_dfa(body: Expr) -> tuple[ByteDFA, tuple[str, ...]]:
+    called: dict[str, int] = {}
+    _collect_refs(body, called)
+    nfa = ByteNFA()
+    start, accept = nfa.new_state(), nfa.new_state()
+    _build(nfa, body, start, accept, called)
+    dfa = nfa.determinize(start, accept)
+    for array in (dfa.trans, dfa.accepting, dfa.calls):
+        array.flags.writeable = False
+    return dfa, tuple(called)
+
+
+def _collect_refs(expr: Expr, out: dict[str, int]) -> None:
+    if isinstance(expr, Ref):
+        out.setdefault(expr.rule, len(out))
+    elif isinstance(expr, (Seq, Alt)):
+        for item in expr.items:
+            _collect_refs(item, out)
+    elif isinstance(expr, Repeat):
+        _collect_refs(expr.item, out)
+
+
+def _build(nfa: ByteNFA, expr: Expr, src: int, dst: int, index: Mapping[str, int]) -> None:
+    """Thompson construction of one rule body; errors are completed with the rule's name by the caller."""
     if isinstance(expr, Literal):
         data = expr.value.encode() if isinstance(expr.value, str) else bytes(expr.value)
         if not data:
@@ -120,10 +168,8 @@ def _build(nfa: ByteNFA, expr: Expr, src: int, dst: int, index: Mapping[str, int
             nfa.add_bytes(state, byte, byte, nxt)
             state = nxt
     elif isinstance(expr, Regex):
-        add_regex(nfa, expr.pattern, src, dst, anchors=False)
+        _add_terminal(nfa, expr.pattern, src, dst)
     elif isinstance(expr, Ref):
-        if expr.rule not in index:
-            raise GrammarError(f"rule {rule!r} refers to the undefined rule {expr.rule!r}")
         nfa.add_call(src, index[expr.rule], dst)
     elif isinstance(expr, Seq):
         if not expr.items:
@@ -131,37 +177,65 @@ def _build(nfa: ByteNFA, expr: Expr, src: int, dst: int, index: Mapping[str, int
         state = src
         for i, item in enumerate(expr.items):
             nxt = dst if i == len(expr.items) - 1 else nfa.new_state()
-            _build(nfa, item, state, nxt, index, rule)
+            _build(nfa, item, state, nxt, index)
             state = nxt
     elif isinstance(expr, Alt):
         if not expr.items:
-            raise GrammarError(f"rule {rule!r} has an alternative with no options")
+            raise GrammarError("has an alternative with no options")
         for item in expr.items:
-            _build(nfa, item, src, dst, index, rule)
+            _build(nfa, item, src, dst, index)
     elif isinstance(expr, Repeat):
         if expr.min < 0 or (expr.max is not None and expr.max < expr.min):
-            raise GrammarError(f"rule {rule!r} repeats between {expr.min} and {expr.max} times")
+            raise GrammarError(f"repeats between {expr.min} and {expr.max} times")
         state = src
         for _ in range(expr.min):
             nxt = nfa.new_state()
-            _build(nfa, expr.item, state, nxt, index, rule)
+            _build(nfa, expr.item, state, nxt, index)
             state = nxt
         if expr.max is None:
             loop = nfa.new_state()
             nfa.add_epsilon(state, loop)
             back = nfa.new_state()
-            _build(nfa, expr.item, loop, back, index, rule)
+            _build(nfa, expr.item, loop, back, index)
             nfa.add_epsilon(back, loop)
             nfa.add_epsilon(loop, dst)
             return
         for _ in range(expr.max - expr.min):
             nfa.add_epsilon(state, dst)
             nxt = nfa.new_state()
-            _build(nfa, expr.item, state, nxt, index, rule)
+            _build(nfa, expr.item, state, nxt, index)
             state = nxt
         nfa.add_epsilon(state, dst)
     else:
-        raise GrammarError(f"rule {rule!r} contains {expr!r}, which is not a grammar expression")
+        raise GrammarError(f"contains {expr!r}, which is not a grammar expression")
+
+
+@lru_cache(maxsize=4096)
+def _terminal(pattern: str) -> tuple[tuple[tuple[tuple[int, int, int], ...], ...], tuple[bool, ...]]:
+    """A regex terminal as its minimal DFA's edges, ``(first byte, last byte, target)`` per state (the last state
+    accepting) -- parsed and determinised once per process, then spliced wherever the pattern appears."""
+    nfa = ByteNFA()
+    start, accept = nfa.new_state(), nfa.new_state()
+    add_regex(nfa, pattern, start, accept, anchors=False)
+    dfa = nfa.determinize(start, accept)
+    rows = []
+    for row in dfa.trans:
+        cuts = np.flatnonzero(np.diff(row)) + 1
+        starts = np.concatenate(([0], cuts))
+        ends = np.concatenate((cuts, [256])) - 1
+        rows.append(tuple((int(a), int(b), int(row[a])) for a, b in zip(starts, ends) if row[a] >= 0))
+    return tuple(rows), tuple(bool(a) for a in dfa.accepting)
+
+
+def _add_terminal(nfa: ByteNFA, pattern: str, src: int, dst: int) -> None:
+    rows, accepting = _terminal(pattern)
+    states = [nfa.new_state() for _ in rows]
+    nfa.add_epsilon(src, states[0])
+    for state, edges, final in zip(states, rows, accepting):
+        for lo, hi, target in edges:
+            nfa.add_bytes(state, lo, hi, states[target])
+        if final:
+            nfa.add_epsilon(state, dst)
 
 
 def _reachable_accept(dfa: ByteDFA, usable_call: np.ndarray, byte_edges: bool) -> bool:

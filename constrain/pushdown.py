@@ -65,21 +65,19 @@ class Machine:
             [np.where(dfa.trans >= 0, dfa.trans + off, -1) for dfa, off in zip(pushdown.rules, offsets)]
         ).astype(np.int32)
         accepting = np.concatenate([dfa.accepting for dfa in pushdown.rules])
-        ptr, starts, returns = [0], [], []
+        counts, starts, returns = [], [], []
         for dfa, off in zip(pushdown.rules, offsets):
-            for s in range(dfa.num_states):
-                for k, callee in enumerate(dfa.callees):
-                    t = int(dfa.calls[s, k])
-                    if t >= 0:
-                        starts.append(int(offsets[callee]))
-                        returns.append(int(off) + t)
-                ptr.append(len(starts))
+            state, column = np.nonzero(dfa.calls >= 0)  # row-major: by state, then by callee column
+            counts.append(np.bincount(state, minlength=dfa.num_states))
+            starts.append(offsets[np.asarray(dfa.callees, dtype=np.int64)[column]] if len(column) else column)
+            returns.append(off + dfa.calls[state, column])
+        ptr = np.concatenate([[0], np.cumsum(np.concatenate(counts))])
         return cls(
             np.ascontiguousarray(trans),
             np.ascontiguousarray(accepting),
-            np.asarray(ptr, dtype=np.int64),
-            np.asarray(starts, dtype=np.int32),
-            np.asarray(returns, dtype=np.int32),
+            ptr.astype(np.int64),
+            np.concatenate(starts).astype(np.int32),
+            np.concatenate(returns).astype(np.int32),
             offsets[:-1].astype(np.int32),
             tuple(not dfa.callees for dfa in pushdown.rules),
         )
