@@ -32,6 +32,7 @@ _EXPORTS = {
     "compile_grammar": "constrain.pushdown",
     "compile_json_schema": "constrain.compilers.json_schema",
     "JsonSchemaError": "constrain.compilers.json_schema",
+    "compile_pydantic": "constrain.compilers.pydantic",
     "SamplingParams": "constrain.sampling",
     "Sampler": "constrain.sampling",
     "beam_search": "constrain.beam",
@@ -49,6 +50,7 @@ __all__ = sorted(_EXPORTS)
 if TYPE_CHECKING:
     from .beam import beam_search
     from .compilers.json_schema import JsonSchemaError, compile_json_schema
+    from .compilers.pydantic import compile_pydantic
     from .integrations.transformers import generate
     from .pushdown import compile_grammar
     from .compilers.regex import compile_regex
