@@ -209,7 +209,7 @@ class LexicalMasks:
     """
 
     #: Bumped whenever what a walk records changes, so stale files on disk are never read.
-    FORMAT = 3
+    FORMAT = 4
     _stores: dict[str, LexicalMasks] = {}
     _stores_lock = threading.Lock()
     MAX_ENTRIES = 4096
@@ -259,7 +259,7 @@ class LexicalMasks:
         key = int(hashes[state])
         entry = self._entries.get(key)
         if entry is None:
-            path = self.folder / f"{key:016x}.npz"
+            path = self.folder / f"{key:016x}.walk"
             entry = self._load(path)
             if entry is None:
                 entry, walked_tokens = self._compose(trans, accepting, hashes, state)
@@ -311,15 +311,17 @@ class LexicalMasks:
         ranges.flags.writeable = False
         return (words, ranges), int(walked_tokens)
 
-    @staticmethod
-    def _load(path) -> tuple[np.ndarray, np.ndarray] | None:
+    def _load(self, path) -> tuple[np.ndarray, np.ndarray] | None:
+        """A walk saved by :meth:`_save`: the mask words, then the pop ranges (int64 rows of 3)."""
         try:
-            with np.load(path) as data:
-                words, ranges = data["words"], data["ranges"]
-        except (OSError, KeyError, ValueError, EOFError):
+            raw = np.fromfile(path, dtype=np.uint8)
+        except OSError:
             return None
-        if words.dtype != np.uint32 or ranges.dtype != np.int64 or ranges.ndim != 2 or ranges.shape[1:] != (3,):
-            return None
+        width = (self.vocab.size + 31) // 32
+        if raw.size < 4 * width or (raw.size - 4 * width) % 24:
+            return None  # not a file this vocabulary wrote
+        words = raw[: 4 * width].view(np.uint32)
+        ranges = raw[4 * width :].view(np.int64).reshape(-1, 3)
         words.flags.writeable = False
         ranges.flags.writeable = False
         return words, ranges
@@ -327,8 +329,9 @@ class LexicalMasks:
     @staticmethod
     def _save(path, entry: tuple[np.ndarray, np.ndarray]) -> None:
         try:  # write then rename, so a reader never sees half a file
-            with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npz", delete=False) as handle:
-                np.savez(handle, words=entry[0], ranges=entry[1])
+            with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as handle:
+                handle.write(entry[0].tobytes())
+                handle.write(np.ascontiguousarray(entry[1], dtype=np.int64).tobytes())
             os.replace(handle.name, path)
         except OSError:
             pass  # a read-only cache only costs the walk next time

@@ -81,12 +81,12 @@ def test_lexical_walks_are_shared_and_reloaded_from_disk(tmp_path):
     first = compile_grammar(JSONISH, vocab)
     configs = first.machine.read(first.machine.start, b'{"a')
     mask = first.masks.get(configs)
-    files = sorted(tmp_path.glob("masks/*/*/*.npz"))
+    files = sorted(tmp_path.glob("masks/*/*/*.walk"))
     assert files, "the string rule's walks were not written"
     LexicalMasks._stores.clear()  # as in a new process: only the disk is left
     second = compile_grammar(JSONISH, vocab)
     assert np.array_equal(second.masks.get(configs), mask)
-    assert sorted(tmp_path.glob("masks/*/*/*.npz")) == files
+    assert sorted(tmp_path.glob("masks/*/*/*.walk")) == files
 
 
 def accepts(machine: Machine, text: str) -> bool:

@@ -3302,11 +3302,13 @@ class _Compiler:
         if top <= LENGTH_BLOCK_THRESHOLD:
             count = f"{{{lo},}}" if hi is None else f"{{{lo},{hi}}}"
             return Regex(f'"{_CHAR}{count}"')
+        # Blocks of characters and the tail with the closing quote are rules of their own that call nothing: the
+        # wide states of a long string are then lexical, and their walks are shared (see LexicalMasks).
         b = LENGTH_BLOCK
         block = self.shared(f"json_chars_{b}")
         if hi is None:
             q, r = divmod(lo, b)
-            return Seq((quote_, Repeat(block, q, q), Regex(f"{_CHAR}{{{r},}}"), quote_))
+            return Seq((quote_, Repeat(block, q, q), self.string_tail(r, None)))
         groups: list[list[int]] = []  # [k_first, k_last, r_lo, r_hi]
         for k in range(hi // b + 1):
             r_lo, r_hi = max(0, lo - k * b), min(b - 1, hi - k * b)
@@ -3316,8 +3318,15 @@ class _Compiler:
                 groups[-1][1] = k
             else:
                 groups.append([k, k, r_lo, r_hi])
-        options = tuple(Seq((Repeat(block, k1, k2), Regex(f"{_CHAR}{{{r1},{r2}}}"))) for k1, k2, r1, r2 in groups)
-        return Seq((quote_, options[0] if len(options) == 1 else Alt(options), quote_))
+        options = tuple(Seq((Repeat(block, k1, k2), self.string_tail(r1, r2))) for k1, k2, r1, r2 in groups)
+        return Seq((quote_, options[0] if len(options) == 1 else Alt(options)))
+
+    def string_tail(self, lo: int, hi: int | None) -> Ref:
+        """A shared rule: between ``lo`` and ``hi`` characters, then the closing quote."""
+        name = f"json_tail_{lo}_{'' if hi is None else hi}"
+        if name not in self.rules:
+            self.rules[name] = Regex(f'{_CHAR}{{{lo},{"" if hi is None else hi}}}"')
+        return Ref(name)
 
     # -- arrays ----------------------------------------------------------------------------------------------
 
