@@ -32,6 +32,9 @@ _EXPORTS = {
     "compile_grammar": "constrain.pushdown",
     "compile_json_schema": "constrain.compilers.json_schema",
     "JsonSchemaError": "constrain.compilers.json_schema",
+    "compile_lark": "constrain.compilers.lark",
+    "compile_gbnf": "constrain.compilers.gbnf",
+    "GrammarSyntaxError": "constrain.compilers.gbnf",
     "compile_pydantic": "constrain.compilers.pydantic",
     "SamplingParams": "constrain.sampling",
     "Sampler": "constrain.sampling",
@@ -49,7 +52,9 @@ __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
     from .beam import beam_search
+    from .compilers.gbnf import GrammarSyntaxError, compile_gbnf
     from .compilers.json_schema import JsonSchemaError, compile_json_schema
+    from .compilers.lark import compile_lark
     from .compilers.pydantic import compile_pydantic
     from .integrations.transformers import generate
     from .pushdown import compile_grammar
