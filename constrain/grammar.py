@@ -96,6 +96,7 @@ def build_pushdown(grammar: Grammar) -> Pushdown:
     left recursion (which a pushdown walk cannot close over) with a :class:`GrammarError` naming the rule."""
     if grammar.start not in grammar.rules:
         raise GrammarError(f"the start rule {grammar.start!r} is not defined")
+    grammar = _hoist_terminals(grammar)
     names = [grammar.start] + sorted(n for n in grammar.rules if n != grammar.start)
     index = {name: i for i, name in enumerate(names)}
     rules = []
@@ -112,6 +113,39 @@ def build_pushdown(grammar: Grammar) -> Pushdown:
     _check_productive(pushdown)
     _check_left_recursion(pushdown)
     return pushdown
+
+
+def _hoist_terminals(grammar: Grammar) -> Grammar:
+    """Move every regex terminal of a rule that calls other rules into a rule of its own.
+
+    A regex (a string body, a number) is where a rule reads widely; as its own call-free rule its states are
+    lexical, so their walks are shared by every structure over the vocabulary (see
+    :class:`~constrain.pushdown.LexicalMasks`), and the calling rule itself reads only its literals.
+    """
+    rules = dict(grammar.rules)
+    hoisted: dict[str, Expr] = {}
+
+    def hoist(expr: Expr) -> Expr:
+        if isinstance(expr, Regex):
+            name = f"regex {expr.pattern!r}"
+            hoisted[name] = expr
+            return Ref(name)
+        if isinstance(expr, Seq):
+            return Seq(tuple(hoist(item) for item in expr.items))
+        if isinstance(expr, Alt):
+            return Alt(tuple(hoist(item) for item in expr.items))
+        if isinstance(expr, Repeat):
+            return Repeat(hoist(expr.item), expr.min, expr.max)
+        return expr
+
+    for name, body in grammar.rules.items():
+        if _collect_refs(body, {}):
+            rules[name] = hoist(body)
+    if not hoisted:
+        return grammar
+    for name, body in hoisted.items():
+        rules.setdefault(name, body)
+    return Grammar(rules, grammar.start)
 
 
 #: Rule DFAs by body, shared by every grammar built in this process.
@@ -145,7 +179,8 @@ def _build_rule_dfa(body: Expr) -> tuple[ByteDFA, tuple[str, ...]]:
     return dfa, tuple(called)
 
 
-def _collect_refs(expr: Expr, out: dict[str, int]) -> None:
+def _collect_refs(expr: Expr, out: dict[str, int]) -> dict[str, int]:
+    """Add the rules ``expr`` calls to ``out`` (name -> order of first appearance); returns ``out``."""
     if isinstance(expr, Ref):
         out.setdefault(expr.rule, len(out))
     elif isinstance(expr, (Seq, Alt)):
@@ -153,6 +188,7 @@ def _collect_refs(expr: Expr, out: dict[str, int]) -> None:
             _collect_refs(item, out)
     elif isinstance(expr, Repeat):
         _collect_refs(expr.item, out)
+    return out
 
 
 def _build(nfa: ByteNFA, expr: Expr, src: int, dst: int, index: Mapping[str, int]) -> None:
