@@ -994,3 +994,24 @@ def test_gemma_random_walks_under_the_mask_produce_valid_json(gemma_vocab):
             text = gemma_vocab.decode(tokens).decode()
             assert valid(E2E_SCHEMA, json.loads(text)), text
     assert finished >= 1
+
+
+def test_closed_by_default_objects_stay_closed_inside_one_of():
+    """additional_properties_default=False closes each object where it is written, so merging a branch with
+    the negation of another cannot reopen it; a negation of a closed object is refused as for an explicit
+    ``additionalProperties: false``."""
+    branch = lambda tag, key: {  # noqa: E731
+        "type": "object", "properties": {"kind": {"const": tag}, key: {"type": "integer"}}, "required": ["kind"],
+    }  # fmt: skip
+    grammar, _ = schema_to_grammar({"oneOf": [branch("a", "x"), branch("b", "y")]}, additional_properties_default=False)
+    machine = Machine.from_pushdown(build_pushdown(grammar))
+
+    def accepts(text: str) -> bool:
+        configs = machine.read(machine.start, text.encode())
+        return bool(configs) and machine.can_end(configs)
+
+    assert accepts('{"kind":"a","x":1}') and accepts('{"kind":"b","y":1}')
+    assert not accepts('{"kind":"a","y":"s"}') and not accepts('{"kind":"a","y":1}')
+    loose = {"oneOf": [{k: v for k, v in branch(t, key).items() if k != "required"} for t, key in (("a", "x"), ("b", "y"))]}
+    with pytest.raises(JsonSchemaError):
+        schema_to_grammar(loose, additional_properties_default=False)

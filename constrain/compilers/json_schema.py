@@ -2702,6 +2702,10 @@ class _Compiler:
             return self.negate(node["$ptr"])
         if self.doc.legacy and "$ref" in node:
             return self.negate(self.resolve_ref(ptr, "$ref", node["$ref"]))
+        if self.closed_by_default(node, {k for k in node if self.known_here(k)}):
+            raise _NotNegatable(
+                f"cannot negate an object closed by additional_properties_default=False (at {_clean_pointer(ptr)})"
+            )
         out: list[tuple[_Part, ...]] = []
         for kw, value in node.items():
             if kw in _ANNOTATIONS:
@@ -3870,6 +3874,18 @@ class _Compiler:
         self._in_place[ptr] = seen
         return seen
 
+    def closed_by_default(self, node: Mapping, live: set[str]) -> bool:
+        """Whether ``additional_properties_default=False`` closes this object schema: it names properties (all
+        its required ones among them) and says nothing about other keys."""
+        required = node.get("required", []) if "required" in live else []
+        return (
+            not self.ap_default
+            and "properties" in live
+            and bool(node.get("properties"))
+            and not live & {"additionalProperties", "patternProperties", "unevaluatedProperties"}
+            and all(isinstance(r, str) and r in node["properties"] for r in required)
+        )
+
     def object_info(self, part: _Part, sh: _Shape) -> _ObjectInfo:
         node = self.node(part.ptr)
         live = set(self.live_keys(part))
@@ -3880,6 +3896,8 @@ class _Compiler:
             [(p, f"{part.ptr}/patternProperties/{_escape_token(p)}") for p in pats],
             f"{part.ptr}/additionalProperties" if "additionalProperties" in live else None,
         )
+        if self.closed_by_default(node, live):  # as if this part said additionalProperties false itself
+            info.additional = self.doc.add_synthetic(part.ptr, {"additionalProperties": False}) + "/additionalProperties"
         if "unevaluatedProperties" in live and self.known_here("unevaluatedProperties") and info.additional is None:
             info.unevaluated = f"{part.ptr}/unevaluatedProperties"
             info.evaluated_names = set(info.props)
