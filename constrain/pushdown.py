@@ -228,9 +228,13 @@ class LexicalMasks:
         self.first_bytes = trie.node_byte[self.first_nodes].astype(np.int64)
         spans = trie.node_token_ptr[trie.node_next[self.first_nodes]] - trie.node_token_ptr[self.first_nodes]
         self.borrowable = np.flatnonzero(spans >= self.MIN_BORROWED_TOKENS)  # indices into first_nodes
-        self._subtree_words = np.stack([self._token_words(j) for j in self.borrowable]) if len(self.borrowable) else (
-            np.zeros((0, (vocab.size + 31) // 32), dtype=np.uint32)
-        )
+        width = (vocab.size + 31) // 32
+        self._subtree_words = np.zeros((len(self.borrowable), width), dtype=np.uint32)
+        for k, j in enumerate(self.borrowable):
+            self._subtree_words[k] = self._token_words(j)
+        self._small_words = np.zeros(width, dtype=np.uint32)  # the tokens of the subtrees never borrowed
+        for j in np.setdiff1d(np.arange(len(first)), self.borrowable):
+            self._small_words |= self._token_words(j)
         self._entries: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._lenders: dict[tuple[int, int], int] = {}  # (hash after the first byte, first-node index) -> walk
         self._lock = threading.Lock()
@@ -269,13 +273,17 @@ class LexicalMasks:
                 self._entries[key] = entry
                 if len(self._entries) > self.MAX_ENTRIES:
                     self._entries.popitem(last=False)
-                after = trans[state, self.first_bytes[self.borrowable]]
-                for j, t in zip(self.borrowable.tolist(), after.tolist()):
-                    if t >= 0:
-                        self._lenders[(int(hashes[t]), j)] = key
+                for lent in self._first_byte_keys(trans, hashes, state):
+                    self._lenders[lent] = key
                 if len(self._lenders) > self.MAX_ENTRIES * 64:
                     self._lenders.clear()
         return entry
+
+    def _first_byte_keys(self, trans, hashes, state) -> list[tuple[int, int]]:
+        """(hash of the state after the first byte, first-node index) of each large subtree ``state`` enters."""
+        after = trans[state, self.first_bytes[self.borrowable]]
+        live = after >= 0
+        return list(zip(hashes[after[live]].tolist(), self.borrowable[live].tolist()))
 
     def _compose(self, trans, accepting, hashes, state) -> tuple[tuple[np.ndarray, np.ndarray], int]:
         trie = self.vocab.trie
@@ -283,11 +291,8 @@ class LexicalMasks:
         lender_of = np.full(len(self.first_nodes), -1, dtype=np.int32)
         lenders: list[tuple[np.ndarray, np.ndarray]] = []
         slots: dict[int, int] = {}
-        after = trans[state, self.first_bytes[self.borrowable]]
-        for j, t in zip(self.borrowable.tolist(), after.tolist()):
-            if t < 0:
-                continue
-            lender = self._entries.get(self._lenders.get((int(hashes[t]), j), -1))
+        for key, j in self._first_byte_keys(trans, hashes, state):
+            lender = self._entries.get(self._lenders.get((key, j), -1))
             if lender is None:
                 continue
             slot = slots.setdefault(id(lender), len(lenders))
@@ -298,7 +303,8 @@ class LexicalMasks:
         pops = np.empty(trie.num_nodes, dtype=np.int32)
         num_pops, walked_tokens = _walk_lexical(
             trans, accepting, state, self.first_nodes, lender_of, lender_words, self.borrowable, self._subtree_words,
-            trie.node_key, trie.node_next, trie.node_token_ptr, trie.token_ids, self.depth, words, pops,
+            self._small_words, trie.node_key, trie.node_next, trie.node_token_ptr, trie.token_ids, self.depth, words,
+            pops,
         )  # fmt: skip
         pops = pops[:num_pops]
         rows = [np.stack([pops + 1, trie.node_next[pops], trie.node_depth[pops]], axis=1).astype(np.int64)]
@@ -589,18 +595,32 @@ def _walk_pushdown(
 
 @njit(cache=True, nogil=True)
 def _walk_lexical(
-    trans, accepting, state, first_nodes, lender_of, lender_words, borrowable, subtree_words, node_key, node_next,
-    node_token_ptr, token_ids, depth_cap, out, pops,
+    trans, accepting, state, first_nodes, lender_of, lender_words, borrowable, subtree_words, small_words, node_key,
+    node_next, node_token_ptr, token_ids, depth_cap, out, pops,
 ):
     """The walk of a call-free state: a plain DFA walk that records, as pops, the trie nodes with children where
     the state is accepting. A first-byte subtree with a lender (``lender_of[j] >= 0``) is not walked: its tokens
     are the lender's words within ``subtree_words`` (its pops are the lender's, added by the caller). Returns
     (pops written, tokens in the walked subtrees)."""
-    for k in range(borrowable.shape[0]):
-        lender = lender_of[borrowable[k]]
-        if lender >= 0:
-            for w in range(out.shape[0]):
-                out[w] |= lender_words[lender, w] & subtree_words[k, w]
+    width = out.shape[0]
+    for lender in range(lender_words.shape[0] if lender_of.max() >= 0 else 0):
+        lent = 0
+        for k in range(borrowable.shape[0]):
+            if lender_of[borrowable[k]] == lender:
+                lent += 1
+        if 2 * lent > borrowable.shape[0]:  # most subtrees: the lender's words less the others' tokens
+            excluded = small_words.copy()
+            for k in range(borrowable.shape[0]):
+                if lender_of[borrowable[k]] != lender:
+                    for w in range(width):
+                        excluded[w] |= subtree_words[k, w]
+            for w in range(width):
+                out[w] |= lender_words[lender, w] & ~excluded[w]
+        else:
+            for k in range(borrowable.shape[0]):
+                if lender_of[borrowable[k]] == lender:
+                    for w in range(width):
+                        out[w] |= lender_words[lender, w] & subtree_words[k, w]
     stack = np.empty(depth_cap + 1, dtype=np.int32)
     num_pops = 0
     walked = 0
