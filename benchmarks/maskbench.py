@@ -894,6 +894,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sample", type=int, help="a fixed random sample of N schemas (see --seed)")
     p.add_argument("--seed", type=int, default=0, help="seed of --sample (default 0)")
     p.add_argument("--names", help="comma-separated schema names to run")
+    p.add_argument("--shard", help="K/N: every N-th of the selected schemas, starting at the K-th (0-based), so N "
+                   "processes can share a run; merge their --json-out files with --merge")
+    p.add_argument("--merge", nargs="+", type=Path, help="print the table of these --json-out files together")
     p.add_argument("--engines", default=",".join(ENGINES), help=f"comma-separated, from {','.join(ENGINES)}")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per schema and engine, compile + tests")
     p.add_argument("--max-rss-mb", type=float, default=8192.0, help="kill a worker whose RSS passes this (MiB)")
@@ -925,8 +928,15 @@ def main(argv: list[str] | None = None) -> int:
     load_at_start = _loadavg()
     t_start = time.perf_counter()
 
+    if args.merge:
+        return merge(args, args.merge)
     names = [n.strip() for n in args.names.split(",")] if args.names else None
     entries = load_entries(args.data, limit=args.limit, sample=args.sample, seed=args.seed, names=names)
+    if args.shard:
+        k, n = (int(x) for x in args.shard.split("/"))
+        if not 0 <= k < n:
+            p.error("--shard K/N needs 0 <= K < N")
+        entries = entries[k::n]
     if not entries:
         p.error("no schema selected")
 
@@ -963,6 +973,7 @@ def main(argv: list[str] | None = None) -> int:
                 if times:
                     rec["tbm_p50_us"] = 1e6 * pct(times, 50)
                     rec["tbm_max_us"] = 1e6 * max(times)
+                    rec["tbm_us"] = [round(1e6 * t, 2) for t in times]
                 records[e].append(rec)
                 if rec["status"] == "ok":
                     c = classify(rec, tests)
@@ -981,8 +992,55 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(log_dir, ignore_errors=True)
 
     elapsed = time.perf_counter() - t_start
-    summaries = [summarise(e, records[e], tests_by_schema, tbm[e], workers[e]) for e in live]
     unavailable = {e: workers[e].unavailable for e in engines if workers[e].unavailable is not None}
+    report(args, command, started, elapsed, load_at_start, entries, tests_by_schema, records, tbm_by_schema,
+           {e: workers[e] for e in live}, unavailable)
+    return 0
+
+
+def merge(args: argparse.Namespace, files: list[Path]) -> int:
+    """One table for the --json-out files of the shards of a run (--shard)."""
+    runs = [json.loads(f.read_text()) for f in files]
+    wanted = {s["index"] for run in runs for s in run["schemas"]}
+    by_index = {}
+    with gzip.open(args.data, "rt", encoding="utf-8") as f:
+        for i, line in enumerate(f):
+            if i in wanted:
+                by_index[i] = json.loads(line)
+    live = [e for e in runs[0]["engines"] if all(e in run["engines"] for run in runs)]
+    entries, tests_by_schema = [], []
+    records: dict[str, list[dict]] = {e: [] for e in live}
+    tbm_by_schema: dict[str, list[list[float]]] = {e: [] for e in live}
+    for run in runs:
+        for sch in run["schemas"]:
+            entries.append({"index": sch["index"], "name": sch["name"], "schema": by_index[sch["index"]]["schema"]})
+            tests_by_schema.append(sch["tests"])
+            for e in live:
+                rec = sch["engines"][e]
+                records[e].append(rec)
+                tbm_by_schema[e].append([t / 1e6 for t in rec.get("tbm_us", [])])
+    workers = {}
+    for e in live:
+        parts = [next(s for s in run["summary"] if s["engine"] == e) for run in runs]
+        workers[e] = argparse.Namespace(
+            version=runs[0]["engines"][e], peak_mb=max(p["peak_rss_mb"] for p in parts),
+            base_rss_mb=[p["base_rss_mb"] for p in parts], setup_s=[p["setup_s"] for p in parts],
+            starts=sum(p["worker_starts"] for p in parts),
+        )
+    command = " ; ".join(run["command"] for run in runs)
+    elapsed = max(run["wall_s"] for run in runs)
+    load = f"{len(runs)} shards in parallel"
+    report(args, command, runs[0]["started"], elapsed, load, entries, tests_by_schema, records, tbm_by_schema,
+           workers, runs[0]["unavailable"])
+    return 0
+
+
+def report(args, command, started, elapsed, load_at_start, entries, tests_by_schema, records, tbm_by_schema, workers,
+           unavailable) -> None:
+    """Print the table (and write --json-out) for the records of a run."""
+    live = list(workers)
+    tbm = {e: [t for times in tbm_by_schema[e] for t in times] for e in live}
+    summaries = [summarise(e, records[e], tests_by_schema, tbm[e], workers[e]) for e in live]
 
     common = None
     if len(live) > 1:
@@ -1055,7 +1113,8 @@ def main(argv: list[str] | None = None) -> int:
             "started": started,
             "wall_s": elapsed,
             "data": str(args.data),
-            "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
+            "args": {k: (str(v) if isinstance(v, Path) else [str(x) for x in v] if k == "merge" and v else v)
+                     for k, v in vars(args).items()
                      if not k.startswith("worker")},
             "engines": versions,
             "unavailable": unavailable,
@@ -1067,7 +1126,7 @@ def main(argv: list[str] | None = None) -> int:
                     "index": entry["index"],
                     "name": entry["name"],
                     "tests": [{"valid": t["valid"], "description": t["description"],
-                               "tokens": len(t.get("tokens", [])), **({"skip": t["skip"]} if "skip" in t else {})}
+                               "tokens": t["tokens"] if isinstance(t.get("tokens"), int) else len(t.get("tokens", [])), **({"skip": t["skip"]} if "skip" in t else {})}
                               for t in tests],
                     "engines": {e: records[e][k] for e in live},
                 }
@@ -1077,7 +1136,8 @@ def main(argv: list[str] | None = None) -> int:
         args.json_out.parent.mkdir(parents=True, exist_ok=True)
         args.json_out.write_text(json.dumps(out, indent=1, ensure_ascii=False, default=float))
         print(f"\nper-schema records: {args.json_out}", file=sys.stderr)
-    return 0
+
+
 
 
 if __name__ == "__main__":
