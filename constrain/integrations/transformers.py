@@ -4,6 +4,12 @@ The processor keeps one matcher per batch row and synchronises it with ``input_i
 back to the longest common prefix of what the matcher read and what the row now holds, then reads the rest.
 That one rule covers plain sampling, beam search (rows are reordered between steps) and assisted generation
 (which calls with a growing prefix and rolls back rejected draft tokens).
+
+The usual step appends one token to every row and changes nothing else; the processor checks that against a copy of
+the previous call's ``input_ids`` (one ``torch.equal``) and then reads only the last column, so a step costs
+O(batch) Python work however long the sequences are. Anything else goes through the general rule. A call whose
+prompt columns differ from the previous call's, or with nothing generated yet, starts a new generation, so one
+processor can serve several ``generate()`` calls.
 """
 
 from __future__ import annotations
@@ -36,18 +42,21 @@ class StructureLogitsProcessor:
             raise ValueError("at least one structure is needed")
         vocab = self.structures[0].vocab
         if any(s.vocab.fingerprint != vocab.fingerprint for s in self.structures):
-            raise ShapeError("all structures of one processor must be compiled for the same vocabulary")
+            raise VocabularyError("all structures of one processor must be compiled for the same vocabulary")
         self.vocab = vocab
         self._prompt_length: int | None = None
         self._matchers: list[Matcher] = []
         self._histories: list[list[int]] = []
-        self._stopped: set[int] = set()  # rows sent to end of sequence at a dead end
+        self._stopped: dict[int, int] = {}  # rows sent to end of sequence at a dead end -> their history length
         self._bitmask: np.ndarray | None = None
+        self._last_ids: torch.Tensor | None = None  # a copy of the previous call's input_ids
 
     def reset(self) -> None:
         """Forget the batch; the next call starts a new generation."""
         self._prompt_length = None
         self._matchers, self._histories = [], []
+        self._stopped = {}
+        self._last_ids = None
 
     def _start(self, batch: int, prompt_length: int) -> None:
         if len(self.structures) == 1:
@@ -59,9 +68,11 @@ class StructureLogitsProcessor:
         self._prompt_length = prompt_length
         self._matchers = [s.matcher() for s in per_row]
         self._histories = [[] for _ in range(batch)]
-        self._stopped = set()
+        self._stopped = {}
+        self._last_ids = None
 
     def _sync(self, row: int, generated: list[int]) -> None:
+        """Roll row ``row`` back to the longest common prefix of its history and ``generated``, then read the rest."""
         matcher, history = self._matchers[row], self._histories[row]
         common = 0
         limit = min(len(history), len(generated))
@@ -70,11 +81,22 @@ class StructureLogitsProcessor:
         if common < len(history):
             matcher.rollback(len(history) - common)
             del history[common:]
+            if self._stopped.get(row, -1) > common:
+                del self._stopped[row]  # rolled back to before its dead end
         for token in generated[common:]:
             if matcher.is_finished() or row in self._stopped:
                 break  # padding after the end of sequence
             matcher.advance(token)
             history.append(token)
+
+    def _advance_rows(self, tokens: list[int]) -> None:
+        """The usual step: each row's history is unchanged and one token was appended."""
+        stopped = self._stopped
+        for row, (matcher, token) in enumerate(zip(self._matchers, tokens)):
+            if row in stopped or matcher.is_finished():
+                continue  # padding after the end of sequence
+            matcher.advance(token)
+            self._histories[row].append(token)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         batch, length = input_ids.shape
@@ -83,18 +105,31 @@ class StructureLogitsProcessor:
                 f"the model's logits have {scores.shape[-1]:,} columns but the structure's vocabulary has "
                 f"{self.vocab.size:,} tokens: tokenizer and model do not match"
             )
-        if self._prompt_length is None or len(self._matchers) != batch or length < self._prompt_length:
-            self._start(batch, length)
-        ids = input_ids[:, self._prompt_length :].tolist()
+        last, self._last_ids = self._last_ids, None  # kept only once this call has read every row
+        prompt = self._prompt_length
+        if (
+            prompt is None
+            or len(self._matchers) != batch
+            or length <= prompt
+            or (last is not None and not torch.equal(input_ids[:, :prompt], last[:, :prompt]))
+        ):
+            self._start(batch, length)  # a new generation (its first call sees the prompt alone)
+        elif last is not None and last.shape[1] == length - 1 and torch.equal(input_ids[:, :-1], last):
+            self._advance_rows(input_ids[:, -1].tolist())  # one new token per row: O(batch), not O(batch x length)
+        else:  # beam search reordered rows, assisted generation rolled back drafts, or a processor was skipped
+            ids = input_ids[:, self._prompt_length :].tolist()
+            for row in range(batch):
+                self._sync(row, ids[row])
+        self._last_ids = input_ids.clone()  # generate() may reuse its buffer in place: keep a copy
         if self._bitmask is None or self._bitmask.shape != (batch, (scores.shape[-1] + 31) // 32):
             self._bitmask = allocate_token_bitmask(batch, scores.shape[-1])
-        for row in range(batch):
-            self._sync(row, ids[row])
-            matcher = self._matchers[row]
-            matcher.fill_bitmask(self._bitmask, row)
-            if not self._bitmask[row].any():
-                self._dead_end(row)
-        apply_token_bitmask(scores, self._bitmask)
+        bitmask = self._bitmask
+        for row, matcher in enumerate(self._matchers):
+            matcher.fill_bitmask(bitmask, row)
+        dead = np.flatnonzero(~bitmask.any(axis=1))  # one pass over the batch
+        for row in dead.tolist():
+            self._dead_end(row)
+        apply_token_bitmask(scores, bitmask)
         return scores
 
     def _dead_end(self, row: int) -> None:
@@ -102,7 +137,7 @@ class StructureLogitsProcessor:
         text = self.vocab.decode(self._histories[row]).decode("utf-8", errors="replace")
         if self.on_dead_end == "raise":
             raise DeadEndError(f"row {row}: no token of the vocabulary can continue the structure", text)
-        self._stopped.add(row)
+        self._stopped.setdefault(row, len(self._histories[row]))
         self._bitmask[row] = 0
         for eos in self.vocab.eos_ids:
             self._bitmask[row, eos >> 5] |= np.array(1 << (int(eos) & 31), dtype=np.uint32).view(np.int32)
