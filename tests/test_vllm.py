@@ -9,6 +9,7 @@ are also checked against vLLM's own abstract classes, loaders and ``StructuredOu
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import logging
@@ -357,12 +358,12 @@ def test_rejected_draft_and_stop_token_inside_drafts(backend):
     assert g.num_processed_tokens == 0 and not g.is_terminated()
 
 
-def run_requests(backend, patterns, num_spec, seed):
+def run_requests(backend, patterns, num_spec, seed, request_type="regex"):
     """A little engine: random logits, masks per draft position, drafts from a 'draft model' that guesses the
     structure's tokens (sometimes wrong), verification that keeps the target's argmax, as greedy speculation does.
     Returns the generated token lists."""
     rng = np.random.default_rng(seed)
-    grammars = [backend.compile_grammar("regex", p) for p in patterns]
+    grammars = [backend.compile_grammar(request_type, p) for p in patterns]
     outputs: list[list[int]] = [[] for _ in patterns]
     for _step in range(60):
         live = [i for i, g in enumerate(grammars) if not g.is_terminated()]
@@ -423,7 +424,7 @@ def test_generation_with_speculation_stays_inside(backend, vocab, num_spec):
         assert re.fullmatch(pattern, vocab.decode(out[:-1]).decode()), (pattern, vocab.decode(out))
 
 
-def greedy(backend, pattern, num_spec, seed):
+def greedy(backend, pattern, num_spec, seed, request_type="regex"):
     """Greedy decoding under the structure with a 'model' whose logits depend only on the history, and a draft
     model that guesses (often wrongly); verification keeps a draft exactly when it is the target's argmax."""
     from constrain.kernels import apply_token_bitmask
@@ -432,7 +433,7 @@ def greedy(backend, pattern, num_spec, seed):
         rng = np.random.default_rng([seed, *history])
         return rng.normal(size=PADDED)
 
-    g = backend.compile_grammar("regex", pattern)
+    g = backend.compile_grammar(request_type, pattern)
     draft_rng = np.random.default_rng(seed + 1000)
     out: list[int] = []
     while not g.is_terminated() and len(out) < 40:
@@ -880,6 +881,30 @@ def test_protocol_matches_vllm_abstract_classes(vllm_modules, vocab):
     b.destroy()
 
 
+def vllm_manager(backend, num_spec, threshold, executor=None):
+    """A stand-in for vLLM's StructuredOutputManager state, with the manager's own methods bound to it."""
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    m = SimpleNamespace(
+        vllm_config=SimpleNamespace(
+            num_speculative_tokens=num_spec,
+            model_config=SimpleNamespace(is_diffusion=False),
+            scheduler_config=SimpleNamespace(max_num_seqs=8),
+        ),
+        backend=backend,
+        _grammar_bitmask=None,
+        _full_mask=torch.tensor(-1, dtype=torch.int32),
+        fill_bitmask_parallel_threshold=threshold,
+        fill_bitmask_parallel_batch_size=2,
+        executor_for_fillmask=executor,
+        enable_in_reasoning=True,
+        reasoner_cls=None,
+    )
+    for name in ("_fill_bitmasks", "_async_submit_fill_bitmask", "_get_constraint_bounds", "accept_tokens"):
+        setattr(m, name, types.MethodType(getattr(StructuredOutputManager, name), m))
+    return m
+
+
 def test_vllm_structured_output_manager_drives_the_backend(vllm_modules, vocab):
     """vLLM's own StructuredOutputManager.grammar_bitmask (serial path with speculation, and the threaded path)
     and accept_tokens, run on a stand-in for the manager's state."""
@@ -887,26 +912,7 @@ def test_vllm_structured_output_manager_drives_the_backend(vllm_modules, vocab):
 
     backend_cls, _ = cv.vllm_structured_output_classes()
     backend = backend_cls(None, vocab, PADDED)
-
-    def manager(num_spec, threshold, executor=None):
-        m = SimpleNamespace(
-            vllm_config=SimpleNamespace(
-                num_speculative_tokens=num_spec,
-                model_config=SimpleNamespace(is_diffusion=False),
-                scheduler_config=SimpleNamespace(max_num_seqs=8),
-            ),
-            backend=backend,
-            _grammar_bitmask=None,
-            _full_mask=torch.tensor(-1, dtype=torch.int32),
-            fill_bitmask_parallel_threshold=threshold,
-            fill_bitmask_parallel_batch_size=2,
-            executor_for_fillmask=executor,
-            enable_in_reasoning=True,
-            reasoner_cls=None,
-        )
-        for name in ("_fill_bitmasks", "_async_submit_fill_bitmask", "_get_constraint_bounds", "accept_tokens"):
-            setattr(m, name, types.MethodType(getattr(StructuredOutputManager, name), m))
-        return m
+    manager = functools.partial(vllm_manager, backend)
 
     patterns = [r"\d+-x", "ab(c)?", "(yes|no)!"]
     requests = {}
@@ -993,3 +999,242 @@ def test_plugin_is_registered_for_vllm(vllm_modules):
     from vllm.v1.worker.gpu.sample.logits_processor.loader import _load_v2_logitsprocs_plugins
 
     assert cv.StructureLogitsProcessor in _load_v2_logitsprocs_plugins()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# JSON and JSON_OBJECT requests, through the real JSON Schema compiler
+# ------------------------------------------------------------------------------------------------------------
+
+JSON_SCHEMAS = [
+    {
+        "type": "object",
+        "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 999}, "ok": {"type": "boolean"}},
+        "required": ["id", "ok"],
+        "additionalProperties": False,
+    },
+    {"type": "array", "items": {"enum": ["yes", "no", "ab"]}, "minItems": 1, "maxItems": 3},
+    {"anyOf": [{"type": "string", "maxLength": 3}, {"type": "integer", "minimum": -1, "maximum": 12}, {"type": "null"}]},
+    {  # a tool call
+        "type": "object",
+        "properties": {
+            "name": {"const": "f"},
+            "arguments": {
+                "type": "object",
+                "properties": {"x": {"type": "integer", "minimum": 0, "maximum": 9}},
+                "required": ["x"],
+                "additionalProperties": False,
+            },
+        },
+        "required": ["name", "arguments"],
+        "additionalProperties": False,
+    },
+]
+OPEN = MULTI.index(b'{"') + 256  # the '{"' token
+
+
+@pytest.fixture
+def json_backend(vocab) -> ConstrainBackend:
+    """A backend of its own: the module's ``backend`` caches structures that other tests compiled with fake
+    compilers."""
+    return ConstrainBackend(None, vocab, vocab_size=PADDED)
+
+
+def check_json(schema, vocab, tokens) -> None:
+    from jsonschema import Draft202012Validator
+
+    Draft202012Validator(schema).validate(json.loads(vocab.decode(tokens).decode()))
+
+
+def test_json_requests_go_through_the_json_schema_compiler(json_backend):
+    backend = json_backend
+    from constrain.compilers.json_schema import JsonSchemaError
+    from constrain.pushdown import GrammarStructure
+
+    schema = JSON_SCHEMAS[0]
+    for spec in (json.dumps(schema), schema):  # JSON text, as vLLM's key carries it, or already parsed
+        g = backend.compile_grammar("json", spec)
+        assert isinstance(g.structure, GrammarStructure)
+        assert g.validate_tokens([OPEN] + tok('id":1000')) == [OPEN] + tok('id":100')  # maximum 999
+        assert g.accept_tokens("r", [OPEN] + tok('id":7,"ok":true}') + [EOS]) and g.is_terminated()
+    with pytest.raises(JsonSchemaError, match="minimum"):
+        backend.compile_grammar("json", '{"type": "integer", "minimum": 5, "maximum": 3}')
+    # JSON_OBJECT: the schema {"type": "object"}; compact JSON, so the output starts with "{"
+    g = backend.compile_grammar(RequestType.JSON_OBJECT, "")
+    assert isinstance(g.structure, GrammarStructure)
+    assert row_set_from(g) == {ord("{"), OPEN}
+    assert g.validate_tokens(tok("[1]")) == [] and g.validate_tokens(tok("1")) == []
+    text = '{"a":[1,{"b":null}],"c":"x"}'
+    assert g.validate_tokens(tok(text) + [EOS]) == tok(text) + [EOS]
+    assert g.accept_tokens("r", tok("{}")) and row_set_from(g) == {EOS, EOS2}
+
+
+@pytest.mark.parametrize("num_spec", [0, 1, 4])
+def test_json_generation_with_speculation_stays_inside(json_backend, vocab, num_spec):
+    backend = json_backend
+    specs = [json.dumps(s) for s in JSON_SCHEMAS]
+    outputs, grammars = run_requests(backend, specs, num_spec, seed=10 + num_spec, request_type="json")
+    for schema, out, g in zip(JSON_SCHEMAS, outputs, grammars):
+        assert g.is_terminated() and out[-1] in (EOS, EOS2), (schema, vocab.decode(out))
+        check_json(schema, vocab, out[:-1])
+
+
+@pytest.mark.parametrize("index", range(len(JSON_SCHEMAS)))
+def test_json_greedy_output_is_the_same_with_speculation(json_backend, vocab, index):
+    backend = json_backend
+    spec = json.dumps(JSON_SCHEMAS[index])
+    for seed in range(2):
+        plain = greedy(backend, spec, 0, seed, request_type="json")
+        assert plain[-1] in (EOS, EOS2)
+        check_json(JSON_SCHEMAS[index], vocab, plain[:-1])
+        for num_spec in (1, 3):
+            assert greedy(backend, spec, num_spec, seed, request_type="json") == plain, (index, seed, num_spec)
+
+
+def test_json_speculative_rows_like_the_engine(json_backend):
+    backend = json_backend
+    num_spec = 3
+    grammars = [
+        backend.compile_grammar("json", json.dumps(JSON_SCHEMAS[0])),
+        backend.compile_grammar("json_object", ""),
+        backend.compile_grammar("json", json.dumps(JSON_SCHEMAS[3])),
+    ]
+    histories = [[OPEN] + tok('id":4'), tok("{"), [OPEN] + tok('name":"f","arguments":{"x":')]
+    drafts = [tok("2,") + [-1], tok('"k') + [-1], tok("7}}")]
+    for g, h, d in zip(grammars, histories, drafts):
+        assert g.accept_tokens("r", h)
+        stripped = d[: d.index(-1)] if -1 in d else d
+        assert g.validate_tokens(stripped) == stripped
+    bitmask = engine_fill(backend, grammars, drafts, num_spec)
+    for i, (g, h, d) in enumerate(zip(grammars, histories, drafts)):
+        assert g.num_processed_tokens == len(h)  # rolled back
+        for j in range(num_spec + 1):
+            row = i * (1 + num_spec) + j
+            if -1 in d[:j]:
+                assert (bitmask[row] == -1).all()
+                continue
+            assert row_set(bitmask, row) == expected_set(g.structure, h + d[:j], {EOS, EOS2}), (i, j)
+    assert row_set(bitmask, 2 * (1 + num_spec) + 3) == {EOS, EOS2}  # the tool call is complete after "7}}"
+    # a draft the schema rejects ("x" is 0-9): the plug-in's helper repeats the last valid row after it
+    rows = np.zeros((1 + num_spec, bitmask.shape[1]), dtype=np.int32)
+    assert fill_draft_bitmasks(grammars[2], rows, 0, tok("12}")) == 1
+    assert ord("2") not in row_set(rows, 1) and (rows[2] == rows[1]).all() and (rows[3] == rows[1]).all()
+    assert grammars[2].num_processed_tokens == len(histories[2])
+
+
+def test_vllm_manager_with_json_requests(vllm_modules, vocab):
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    backend_cls, _ = cv.vllm_structured_output_classes()
+    backend = backend_cls(None, vocab, PADDED)
+    specs = [("json", json.dumps(JSON_SCHEMAS[0])), ("json_object", ""), ("json", json.dumps(JSON_SCHEMAS[1]))]
+    requests = {}
+    for i, (kind, spec) in enumerate(specs):
+        g = backend.compile_grammar(kind, spec, stop_token_ids={EOS})
+        requests[f"r{i}"] = SimpleNamespace(
+            request_id=f"r{i}",
+            use_structured_output=True,
+            structured_output_request=SimpleNamespace(grammar=g, reasoning_ended=None),
+        )
+    ids = list(requests)
+    m = vllm_manager(backend, num_spec=2, threshold=128)
+    assert StructuredOutputManager.accept_tokens(m, requests["r0"], [OPEN])
+    assert not StructuredOutputManager.accept_tokens(m, requests["r2"], tok("{"))  # an array schema
+    spec = {"r0": tok("id"), "r1": tok("{") + [-1], "r2": tok("[x")}  # r2's "x" is rejected
+    bm = StructuredOutputManager.grammar_bitmask(m, requests, ids, spec)
+    s = {rid: requests[rid].structured_output_request.grammar.structure for rid in ids}
+    assert row_set(bm, 0) == expected_set(s["r0"], [OPEN], {EOS})
+    assert row_set(bm, 2) == expected_set(s["r0"], [OPEN] + tok("id"), {EOS}) == {ord('"')}
+    assert row_set(bm, 3) == expected_set(s["r1"], [], {EOS})
+    assert row_set(bm, 4) == expected_set(s["r1"], tok("{"), {EOS})
+    assert row_set(bm, 5) == set(range(PADDED))  # after the sentinel: not constrained
+    assert row_set(bm, 7) == expected_set(s["r2"], tok("["), {EOS}) and ord("x") not in row_set(bm, 7)
+    assert [requests[r].structured_output_request.grammar.num_processed_tokens for r in ids] == [1, 0, 0]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        threaded = StructuredOutputManager.grammar_bitmask(
+            vllm_manager(backend, num_spec=0, threshold=1, executor=pool), requests, ids, {}
+        ).copy()
+    for i, rid in enumerate(ids):
+        assert row_set(threaded, i) == expected_set(s[rid], [OPEN] if rid == "r0" else [], {EOS})
+
+
+def test_plugin_v2_json_requests(plugin_vocab):
+    runner = Runner(Plugin)
+    rng = np.random.default_rng(5)
+    schema = JSON_SCHEMAS[3]
+    assert runner.add(0, [1, 2], params({"constrain_json": schema}))
+    assert runner.add(1, [3], params({"constrain": {"json_object": True}}, stops=(EOS2,)))
+    assert runner.add(2, [4], params({"constrain_json": json.dumps(JSON_SCHEMAS[1])}))
+    s0 = cv.compile_structure("json", schema, plugin_vocab)
+    s1 = cv.compile_structure("json_object", "", plugin_vocab)
+    s2 = cv.compile_structure("json", JSON_SCHEMAS[1], plugin_vocab)
+    runner.commit(0, [OPEN] + tok('name":"f"'))
+    runner.commit(1, tok('{"a":'))
+    drafts0 = tok(',"a')
+    before, after, ranges = runner.step([(1, [ord("1"), -1]), (0, drafts0), (2, [])], rng)
+    rows0 = list(ranges[0])
+    history0 = [OPEN] + tok('name":"f"')
+    for j, row in enumerate(rows0):
+        assert finite_set(after[row]) == expected_set(s0, history0 + drafts0[:j], {EOS}), j
+    rows1 = list(ranges[1])
+    assert finite_set(after[rows1[0]]) == expected_set(s1, tok('{"a":'), {EOS2})
+    assert finite_set(after[rows1[1]]) == expected_set(s1, tok('{"a":1'), {EOS2})
+    assert finite_set(after[rows1[2]]) == finite_set(after[rows1[1]])  # after the placeholder: repeated
+    assert finite_set(after[ranges[2][0]]) == expected_set(s2, [], {EOS}) == {ord("[")}
+    allowed = ~torch.isinf(after)
+    assert torch.equal(after[allowed], before[allowed])
+    runner.commit(0, tok(',"arguments":{"x":3}}'))
+    _, after, ranges = runner.step([(0, [EOS])], rng)
+    assert finite_set(after[ranges[0][0]]) == {EOS}
+
+
+def test_validate_params_checks_json_schemas_at_admission():
+    validate = cv._StructureLogitsProcessorImpl.validate_params
+    validate(params({"constrain_json": JSON_SCHEMAS[3]}))
+    validate(params({"constrain_json": json.dumps(JSON_SCHEMAS[0])}))
+    validate(params({"constrain_json_object": True}))
+    for bad, message in [
+        ({"type": "integer", "minimum": 5, "maximum": 3}, "unsatisfiable"),
+        ({"type": "strng"}, "type"),
+        ({"$ref": "#/$defs/missing"}, "missing"),
+    ]:
+        with pytest.raises(ValueError, match=message):  # a JsonSchemaError: vLLM answers HTTP 400
+            validate(params({"constrain_json": bad}))
+
+
+def test_gemma_json_requests(gemma_backend, gemma_tokenizer, gemma_vocab):
+    text = '{"name":"Ada Lovelace","tags":["math","poetry"],"born":1815,"meta":{"k":null,"ok":true}}'
+    tokens = gemma_tokenizer.encode(text, add_special_tokens=False)
+    g = gemma_backend.compile_grammar("json_object", "", stop_token_ids={1, 106})
+    start = row_set_from_width(g, gemma_backend.vocab_size)
+    assert start and max(start) < gemma_vocab.size and not start & {0, 1, 2, 105, 106}
+    assert all(gemma_vocab.token_bytes(t).lstrip().startswith(b"{") for t in start)
+    assert g.validate_tokens(tokens + [106, 5]) == tokens + [106]
+    assert g.accept_tokens("r", tokens) and row_set_from_width(g, gemma_backend.vocab_size) == {1, 106}
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}}},
+        "required": ["name"],
+    }
+    g = gemma_backend.compile_grammar("json", json.dumps(schema), stop_token_ids={1})
+    assert g.validate_tokens(tokens) == tokens  # additional properties are allowed by default
+    bad = gemma_tokenizer.encode('{"tags":[]}', add_special_tokens=False)
+    assert g.validate_tokens(bad) != bad  # "name" is required first
+    # batched fills from threads, JSON grammars at different points, equal sequential fills
+    grammars = []
+    for i in range(24):
+        g = gemma_backend.compile_grammar("json" if i % 2 else "json_object", json.dumps(schema) if i % 2 else "")
+        assert g.accept_tokens("r", tokens[: i % 9])
+        grammars.append(g)
+    sequential = gemma_backend.allocate_token_bitmask(len(grammars))
+    for i, g in enumerate(grammars):
+        g.fill_bitmask(sequential, i)
+    threaded = gemma_backend.allocate_token_bitmask(len(grammars))
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        list(pool.map(lambda i: grammars[i].fill_bitmask(threaded, i), range(len(grammars))))
+    assert torch.equal(threaded, sequential)
+
+
+def row_set_from_width(g, width: int) -> set[int]:
+    bm = np.zeros((1, (width + 31) // 32), dtype=np.int32)
+    g.fill_bitmask(bm, 0)
+    return row_set(bm, 0, width)

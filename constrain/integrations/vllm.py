@@ -588,6 +588,15 @@ def structure_request(extra_args: Mapping[str, Any] | None) -> tuple[RequestType
     return kind, json.dumps(value)
 
 
+@functools.lru_cache(maxsize=256)
+def _check_json_schema(spec: str) -> None:
+    """Lower a JSON request's schema to a grammar (no vocabulary needed): JsonSchemaError, a StructureError, for a
+    schema the compile would refuse. Cached per schema text: admission sees the same schemas again and again."""
+    from ..compilers.json_schema import schema_to_grammar
+
+    schema_to_grammar(_load_json(spec, "JSON"))
+
+
 class _Request:
     """The plug-in's state for one request: its grammar and how many committed output tokens it has read.
 
@@ -668,7 +677,8 @@ class _StructureLogitsProcessorImpl:
     @classmethod
     def validate_params(cls, sampling_params: Any) -> None:
         """Reject a malformed structure request at admission (StructureError is a ValueError): the keys, the
-        value types, and, since they need no vocabulary, the regex / choice syntax and which compilers exist."""
+        value types, and, since they need no vocabulary, the regex / choice syntax, the JSON Schema (lowered to a
+        grammar, as the compile will) and which compilers exist."""
         request = structure_request(getattr(sampling_params, "extra_args", None))
         if request is None:
             return
@@ -681,6 +691,8 @@ class _StructureLogitsProcessorImpl:
             regex_to_dfa(choice_regex(json.loads(spec)))
         elif kind in (RequestType.JSON, RequestType.JSON_OBJECT):
             find_compiler("json", kind.name)
+            if kind is RequestType.JSON:
+                _check_json_schema(spec)
         else:
             find_compiler("gbnf" if _is_gbnf(spec) else "lark", kind.name)
 
