@@ -10,7 +10,10 @@ into the start state and into acceptance, so the resulting :class:`ByteDFA` has 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import contextvars
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +33,30 @@ DEAD = -1
 #: Hostile-input guards: an automaton past these sizes is refused rather than built.
 MAX_NFA_STATES = 2_000_000
 MAX_DFA_STATES = 200_000
+
+
+class CompileTimeout(StructureError):
+    """Building a structure's automata ran past the time limit its caller set (see :func:`deadline`)."""
+
+
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("constrain_deadline", default=None)
+
+
+@contextmanager
+def deadline(at: float | None) -> Iterator[None]:
+    """Within the block, automaton construction raises :class:`CompileTimeout` once :func:`time.monotonic`
+    passes ``at`` (None: no limit). The guard against hostile inputs that no size limit catches."""
+    token = _DEADLINE.set(at)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+def check_deadline() -> None:
+    at = _DEADLINE.get()
+    if at is not None and time.monotonic() > at:
+        raise CompileTimeout("building the automata ran past the time limit")
 
 
 class AutomatonTooLarge(StructureError):
@@ -164,6 +191,8 @@ class ByteNFA:
     def new_state(self) -> int:
         if len(self.edges) >= MAX_NFA_STATES:
             raise AutomatonTooLarge(f"the automaton needs more than {MAX_NFA_STATES:,} NFA states")
+        if len(self.edges) % 4096 == 0:
+            check_deadline()
         self.edges.append([])
         self.epsilon.append([])
         self.markers.append([])
@@ -245,6 +274,8 @@ class ByteNFA:
         calls = self.calls
         i = 0
         while i < len(subsets):
+            if i % 128 == 0:
+                check_deadline()
             subset = subsets[i]
             accepting.append(accept in subset if ending is None else not ending.isdisjoint(subset))
             out = [e for s in subset for e in edges[s]]

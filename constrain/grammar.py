@@ -17,7 +17,8 @@ from typing import Union
 
 import numpy as np
 
-from .automaton import ByteDFA, ByteNFA
+from .automaton import ByteDFA, ByteNFA, CompileTimeout
+from .automaton import deadline as deadline_of
 from .cache import BoundedCache
 from .compilers.regex import add_regex
 from .errors import StructureError
@@ -91,9 +92,10 @@ class Pushdown:
         return sum(dfa.num_states for dfa in self.rules)
 
 
-def build_pushdown(grammar: Grammar) -> Pushdown:
+def build_pushdown(grammar: Grammar, *, deadline: float | None = None) -> Pushdown:
     """Compile ``grammar`` to a :class:`Pushdown`, refusing undefined rules, rules that can never complete and
-    left recursion (which a pushdown walk cannot close over) with a :class:`GrammarError` naming the rule."""
+    left recursion (which a pushdown walk cannot close over) with a :class:`GrammarError` naming the rule.
+    ``deadline`` (a :func:`time.monotonic` time) refuses a grammar whose automata are still being built then."""
     if grammar.start not in grammar.rules:
         raise GrammarError(f"the start rule {grammar.start!r} is not defined")
     grammar = _hoist_terminals(grammar)
@@ -102,9 +104,14 @@ def build_pushdown(grammar: Grammar) -> Pushdown:
     rules = []
     for name in names:
         try:
-            dfa, called = _rule_dfa(grammar.rules[name])
+            with deadline_of(deadline):
+                dfa, called = _rule_dfa(grammar.rules[name])
         except GrammarError as exc:
             raise GrammarError(f"rule {name!r} {exc}") from None
+        except CompileTimeout:
+            raise GrammarError(f"building the automata ran past the time limit (at rule {name!r})") from None
+        except RecursionError:
+            raise GrammarError(f"rule {name!r} nests too deeply to compile") from None
         for callee in called:
             if callee not in index:
                 raise GrammarError(f"rule {name!r} refers to the undefined rule {callee!r}")

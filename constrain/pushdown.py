@@ -437,9 +437,10 @@ class GrammarStructure(CompiledStructure):
         return f"GrammarStructure({self.source!r}, rules={rules}, states={states}, vocab={self.vocab.size:,})"
 
 
-def compile_grammar(grammar: Grammar, vocab: Vocabulary, **options) -> GrammarStructure:
-    """Compile a grammar (the IR of :mod:`constrain.grammar`) for ``vocab``; ``options``: ``cache_bytes``."""
-    return GrammarStructure(build_pushdown(grammar), vocab, source=grammar.start, **options)
+def compile_grammar(grammar: Grammar, vocab: Vocabulary, *, deadline: float | None = None, **options) -> GrammarStructure:
+    """Compile a grammar (the IR of :mod:`constrain.grammar`) for ``vocab``; ``options``: ``cache_bytes``;
+    ``deadline``: see :func:`~constrain.grammar.build_pushdown`."""
+    return GrammarStructure(build_pushdown(grammar, deadline=deadline), vocab, source=grammar.start, **options)
 
 
 @njit(cache=True, nogil=True)

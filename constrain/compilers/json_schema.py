@@ -103,6 +103,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -116,7 +117,7 @@ import numpy as np
 
 from ..errors import RegexError, StructureError
 from ..grammar import Alt, Expr, Grammar, Literal, Ref, Regex, Repeat, Seq
-from ..automaton import complement_ranges
+from ..automaton import CompileTimeout, check_deadline, complement_ranges, deadline
 from .regex import regex_to_dfa
 
 __all__ = ["JsonSchemaError", "schema_to_grammar", "compile_json_schema"]
@@ -138,6 +139,8 @@ MAX_AUTOMATON_STATES = 4_000
 MAX_LENGTH_PRODUCT = 400
 #: Most grammar rules one schema may produce.
 MAX_RULES = 20_000
+#: Seconds a schema may take to lower to a grammar before it is refused (``time_limit``).
+DEFAULT_TIME_LIMIT = 5.0
 #: ``uniqueItems`` is exact for items drawn from an enum of at most this many values (a rule per subset).
 MAX_UNIQUE_ENUM = 8
 #: Largest finite enum of multiples listed value by value.
@@ -163,6 +166,17 @@ class JsonSchemaError(StructureError):
 
 class _Unsatisfiable(JsonSchemaError):
     """No JSON value satisfies the (sub)schema."""
+
+
+class _OutOfTime(Exception):
+    """The schema's time limit ran out (at the JSON pointer given); no handler relaxes this."""
+
+
+def _check_time(ptr: str = "") -> None:
+    try:
+        check_deadline()
+    except CompileTimeout:
+        raise _OutOfTime(ptr) from None
 
 
 class _TooLarge(Exception):
@@ -1007,6 +1021,8 @@ def _product(a: _CDFA, b: _CDFA, minus: bool) -> _CDFA:
         sa, sb = order[i]
         if len(order) > MAX_AUTOMATON_STATES * 4:
             raise _TooLarge("product automaton")
+        if i % 256 == 0:
+            _check_time()
         eb = b.edges[sb] if sb >= 0 else []
         out = []
         j = 0
@@ -1136,6 +1152,8 @@ def _eliminate(d: _CDFA, budget: int) -> tuple | None:
         new = _r_alt(label.get((p, q)), node)
         if new[1] > budget:
             raise _TooLarge("regex")
+        if len(label) % 256 == 0:
+            _check_time()
         label[(p, q)] = new
         succ[p].add(q)
         pred[q].add(p)
@@ -2227,6 +2245,8 @@ class _Compiler:
             raise self.unsat[key]
         if hit is not None:
             return Ref(hit)
+        _check_time(parts[0].ptr)
+        self.last_pointer = parts[0].ptr
         name = self.new_name(parts, depth)
         self.memo[key] = name
         try:
@@ -4226,21 +4246,37 @@ def schema_to_grammar(
     whitespace: str = "compact",
     additional_properties_default: bool = True,
     max_whitespace: int = 20,
+    time_limit: float | None = DEFAULT_TIME_LIMIT,
 ) -> tuple[Grammar, list[str]]:
     """Lower a JSON Schema to a grammar; returns ``(grammar, relaxations)``.
 
     ``strict`` (default): anything that cannot be honoured exactly raises :class:`JsonSchemaError`; the list of
     relaxations is then empty. ``strict=False``: such keywords are relaxed and each relaxation is listed.
     ``whitespace``: ``"compact"``, ``"flexible"`` (at most ``max_whitespace`` whitespace characters between
-    tokens) or ``"indent"`` (two-space indentation). ``additional_properties_default=False`` treats objects that
+    tokens) or ``"indent"`` (two-space indentation). ``time_limit`` (seconds, default
+    :data:`DEFAULT_TIME_LIMIT`; ``None`` for none) refuses a schema whose compilation runs longer, the guard
+    against hostile schemas that no size limit catches. ``additional_properties_default=False`` treats objects that
     declare ``properties`` (and no ``additionalProperties``/``patternProperties``) as closed.
     """
     if whitespace not in ("compact", "flexible", "indent"):
         raise ValueError(f"whitespace must be 'compact', 'flexible' or 'indent', not {whitespace!r}")
     if not isinstance(max_whitespace, int) or max_whitespace < 0:
         raise ValueError(f"max_whitespace must be a non-negative int, not {max_whitespace!r}")
-    compiler = _Compiler(schema, strict, whitespace, additional_properties_default, max_whitespace)
-    grammar = compiler.compile()
+    compiler = None
+    try:
+        with deadline(None if time_limit is None else time.monotonic() + time_limit):
+            compiler = _Compiler(schema, strict, whitespace, additional_properties_default, max_whitespace)
+            grammar = compiler.compile()
+    except (_OutOfTime, CompileTimeout) as exc:
+        where = str(exc) if isinstance(exc, _OutOfTime) else getattr(compiler, "last_pointer", "")
+        raise JsonSchemaError(
+            f"compiling this schema takes longer than time_limit={time_limit:g} s (None lifts the limit)",
+            _clean_pointer(where),
+        ) from None
+    except RecursionError:
+        raise JsonSchemaError(
+            "the schema nests too deeply to compile", _clean_pointer(getattr(compiler, "last_pointer", ""))
+        ) from None
     return grammar, list(compiler.notes)
 
 
@@ -4252,14 +4288,17 @@ def compile_json_schema(schema: Any, vocab, **options):
     from ..grammar import GrammarError
     from ..pushdown import compile_grammar
 
+    started = time.monotonic()
     grammar_options = {k: options.pop(k) for k in list(options) if k in _GRAMMAR_OPTIONS}
     grammar, notes = schema_to_grammar(schema, **grammar_options)
+    time_limit = grammar_options.get("time_limit", DEFAULT_TIME_LIMIT)
+    at = None if time_limit is None else started + time_limit
     try:
-        structure = compile_grammar(grammar, vocab, **options)
-    except GrammarError as exc:  # pragma: no cover - _finalize removes what build_pushdown refuses
-        raise JsonSchemaError(f"the schema's grammar cannot be built: {exc}") from exc
+        structure = compile_grammar(grammar, vocab, deadline=at, **options)
+    except (GrammarError, CompileTimeout) as exc:  # a time limit; _finalize removes the rest of what it refuses
+        raise JsonSchemaError(f"the schema's grammar cannot be built: {exc} (time_limit={time_limit})") from exc
     structure.relaxations = notes
     return structure
 
 
-_GRAMMAR_OPTIONS = {"strict", "whitespace", "additional_properties_default", "max_whitespace"}
+_GRAMMAR_OPTIONS = {"strict", "whitespace", "additional_properties_default", "max_whitespace", "time_limit"}
