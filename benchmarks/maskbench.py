@@ -1027,6 +1027,8 @@ def merge(args: argparse.Namespace, files: list[Path]) -> int:
             base_rss_mb=[p["base_rss_mb"] for p in parts], setup_s=[p["setup_s"] for p in parts],
             starts=sum(p["worker_starts"] for p in parts),
         )
+    for option in ("timeout", "max_rss_mb", "xgrammar_strict", "xgrammar_cache"):
+        setattr(args, option, runs[0]["args"].get(option, getattr(args, option)))
     command = " ; ".join(run["command"] for run in runs)
     elapsed = max(run["wall_s"] for run in runs)
     load = f"{len(runs)} shards in parallel"
