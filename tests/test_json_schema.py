@@ -996,6 +996,26 @@ def test_gemma_random_walks_under_the_mask_produce_valid_json(gemma_vocab):
     assert finished >= 1
 
 
+def test_refused_suite_groups_are_the_listed_ones():
+    """docs/json-schema-test-suite.md lists the suite's groups that are refused; a group that starts compiling or
+    a compiled group that starts being refused must show there (regenerate: benchmarks/jsts_report.py)."""
+    import importlib.util
+
+    if not SUITE.is_dir():
+        pytest.skip(f"the JSON Schema Test Suite is not at {SUITE}")
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("jsts_report", root / "benchmarks" / "jsts_report.py")
+    jsts = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(jsts)
+    listed = jsts.parse_listing(jsts.LISTING.read_text(encoding="utf-8"))
+    _, refused = jsts.refusals(SUITE)
+    now = set(refused)
+    assert now == listed, (
+        f"newly refused: {sorted(now - listed)}; now compiling: {sorted(listed - now)}; "
+        f"if intended, regenerate the listing with {jsts.COMMAND}"
+    )
+
+
 def test_closed_by_default_objects_stay_closed_inside_one_of():
     """additional_properties_default=False closes each object where it is written, so merging a branch with
     the negation of another cannot reopen it; a negation of a closed object is refused as for an explicit

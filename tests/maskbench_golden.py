@@ -1,0 +1,828 @@
+"""The MaskBench conformance golden file: what the JSON Schema compiler does with every dev schema.
+
+    .venv/bin/python -m tests.maskbench_golden --update              # regenerate tests/data/maskbench_golden.json.gz
+    .venv/bin/python -m tests.maskbench_golden                       # run everything, print the differences only
+    .venv/bin/python -m tests.maskbench_golden --names A.json,B.json # a few schemas, compared with the golden
+    .venv/bin/python -m tests.maskbench_golden --names A.json --update  # rerun these, replace their records
+    options: --workers N (processes, default 2), --timeout S (per schema, default 120), --max-rss-mb M (default 4000)
+
+Data: ``../shared/data/maskbench-dev.jsonl.gz`` (5,545 schemas with valid and invalid instances), read in place.
+For every schema, :func:`run_entry` compiles it with
+``constrain.compilers.json_schema.compile_json_schema(schema, gemma_vocab)`` (strict, compact whitespace) and, when
+it compiles, runs each test instance through a :class:`~constrain.matcher.Matcher` token by token:
+
+- the instance is put in the compiler's canonical key order (:func:`canonical_order`), serialised compactly
+  (``benchmarks/maskbench.py``'s ``serialise``: ``json.dumps(separators=(",", ":"), ensure_ascii=False)``) and
+  tokenised with the Gemma tokenizer without BOS, as the MaskBench harness does;
+- the outcome is ``"A"`` (every token accepted and the matcher may end there), ``"R<i>"`` (token ``i`` rejected),
+  ``"E"`` (every token accepted but the structure is not complete), ``"X<i>:<class>"`` (the matcher raised an
+  exception other than ``TokenError`` at token ``i``: a bug, never an acceptance) or ``"S:<why>"`` (skipped: no
+  UTF-8 form, or the tokens do not spell the text's bytes).
+
+A valid instance that is not ``"A"`` is a *validation error*, an invalid instance that is ``"A"`` an *invalidation
+error*. For each validation error the golden file keeps a diagnosis (``why``, see :func:`diagnose`): whether the
+instance's own key order, or numbers written the way the compiler writes them, would have been accepted, or what
+``jsonschema`` (formats asserted) says about the instance.
+
+The golden file (gzip JSON, deterministic: keys sorted, gzip mtime 0, no timings) holds one record per schema, in
+data-file order::
+
+    {"name", "index", "status": "compiled" | "refused" | "time_limit" | "timeout" | "memory" | "crashed",
+     "error": {"class", "keyword", "pointer", "reason"},          # refused / time_limit / crashed only
+     "tests": ["A", "R3", ...],                                     # compiled only, one per instance
+     "valid_rejected": [{"test", "outcome", "why", "near"}, ...],   # compiled only, when any
+     "invalid_accepted": [{"test", "jsonschema"}, ...],             # compiled only, when any
+     "matcher_errors": [{"test", "outcome", "valid"}, ...]}         # compiled only, when any (``X`` outcomes)
+
+``reason`` is the error message with quoted names and numbers blanked (``'…'``, ``N``), for reading and counting;
+the test compares only ``class``, ``keyword`` and ``pointer``. Hostile schemas: ``time_limit`` is a refusal by the
+compiler's own time limit (``time_limit``, 5 s by default; the compile runs with the default options, so which
+schemas land here depends on the machine), ``timeout`` / ``memory`` mean the compile (or its tests) ran past
+``--timeout`` seconds or the worker's resident memory passed ``--max-rss-mb``. ``crashed``: an exception other than
+``JsonSchemaError`` (a compiler bug).
+
+Canonical key order (:func:`canonical_order`): the compiler writes an object's members in a fixed order, so a
+valid instance whose keys come in another order is never produced. The helper walks the schema together with the
+instance and, for each object, collects the subschemas that apply to it the way the compiler merges them: the
+schema itself, then what its ``$ref`` (JSON pointers, ``$id``/``$anchor`` URIs, ``$defs``/``definitions``) and
+``allOf`` point to, breadth first (in draft-04/06/07 a ``$ref`` replaces its siblings); then, one keyword at a time
+in the order ``anyOf``, ``oneOf``, ``if``, ``dependentRequired``/``dependentSchemas``/``dependencies``, the
+branch the instance takes: the first ``anyOf``/``oneOf`` branch that validates (``jsonschema``, formats
+asserted), ``if`` and ``then`` when ``if`` validates, else ``else``; the dependent schema of each trigger present.
+The keys are then ordered: the names of ``properties`` of those subschemas in that order, then names that are only
+``required``, then the instance's other keys in the instance's own order. Values are ordered recursively with the
+subschemas that apply to them (``properties``, matching ``patternProperties``, ``additionalProperties``;
+``prefixItems`` / ``items`` / ``additionalItems``, and ``contains`` for the items it matches). When no branch
+validates or a ``$ref`` does not resolve, that part is simply left out: the instance's own order is kept where the
+helper cannot tell.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import gzip
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import signal
+import sys
+import time
+import traceback
+from collections import Counter, deque
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT.parent / "shared" / "data" / "maskbench-dev.jsonl.gz"
+GOLDEN = ROOT / "tests" / "data" / "maskbench_golden.json.gz"
+COMMAND = ".venv/bin/python -m tests.maskbench_golden --update"
+FORMAT_VERSION = 1
+
+#: The CI sample: this many schemas, the first by ``sha256(SAMPLE_SEED + name)`` among those not hostile.
+SAMPLE_SIZE = 500
+SAMPLE_SEED = "maskbench-conformance-v1:"
+#: Golden statuses of hostile schemas, left out of the sample: the compiler's own time limit refused them, or the
+#: generator's timeout / memory bound stopped them. Which schemas land here depends on the machine's speed.
+HOSTILE = ("time_limit", "timeout", "memory")
+
+
+def _harness():
+    """``benchmarks/maskbench.py`` (for ``serialise``, the text every engine is given)."""
+    mod = sys.modules.get("maskbench")
+    if mod is None:
+        spec = importlib.util.spec_from_file_location("maskbench", ROOT / "benchmarks" / "maskbench.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["maskbench"] = mod
+        try:
+            spec.loader.exec_module(mod)
+        except BaseException:
+            del sys.modules["maskbench"]
+            raise
+    return mod
+
+
+def serialise(value: Any) -> str:
+    return _harness().serialise(value)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Data, golden file, sample
+
+
+def load_entries(path: Path = DATA, names: set[str] | None = None) -> list[dict[str, Any]]:
+    """The data file's entries in order, each with its ``index``; only ``names`` when given."""
+    out = []
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        for i, line in enumerate(f):
+            if names is not None and not any(f'"{n}"' in line[:400] for n in names):
+                continue
+            entry = json.loads(line)
+            if names is not None and entry["name"] not in names:
+                continue
+            entry["index"] = i
+            out.append(entry)
+    return out
+
+
+def load_golden(path: Path = GOLDEN) -> dict[str, Any]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def write_golden(golden: dict[str, Any], path: Path = GOLDEN) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(golden, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    # one record a line inside the JSON, so a decompressed diff stays readable
+    text = text.replace(',{"error"', ',\n{"error"').replace(',{"index"', ',\n{"index"')
+    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as f:
+        f.write(text.encode("utf-8"))
+
+
+def sample_names(records: list[dict[str, Any]], size: int = SAMPLE_SIZE) -> list[str]:
+    """The fixed CI sample: schemas ordered by ``sha256(SAMPLE_SEED + name)``, hostile ones (:data:`HOSTILE` in
+    the golden file) left out, the first ``size``; returned in data-file order."""
+    ok = [r for r in records if r["status"] not in HOSTILE]
+    ok.sort(key=lambda r: hashlib.sha256((SAMPLE_SEED + r["name"]).encode()).hexdigest())
+    picked = {r["name"] for r in ok[:size]}
+    return [r["name"] for r in records if r["name"] in picked]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Canonical key order
+
+
+_BRANCHING = ("anyOf", "oneOf", "if", "dependentRequired", "dependentSchemas", "dependencies")
+_LEGACY = ("Draft3Validator", "Draft4Validator", "Draft6Validator", "Draft7Validator")
+
+
+class _Orderer:
+    """Walks a schema and an instance together; see the module docstring ("Canonical key order")."""
+
+    def __init__(self, schema: Any):
+        import referencing
+        import referencing.jsonschema as rj
+        from jsonschema import validators
+
+        cls = validators.validator_for(schema, default=validators.Draft202012Validator)
+        self.legacy = cls.__name__ in _LEGACY
+        self.spec = {
+            "Draft3Validator": rj.DRAFT3, "Draft4Validator": rj.DRAFT4, "Draft6Validator": rj.DRAFT6,
+            "Draft7Validator": rj.DRAFT7, "Draft201909Validator": rj.DRAFT201909,
+        }.get(cls.__name__, rj.DRAFT202012)  # fmt: skip
+        self.validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
+        resolver = getattr(self.validator, "_resolver", None)
+        if resolver is None:  # pragma: no cover - jsonschema without referencing
+            resource = self.spec.create_resource(schema)
+            resolver = referencing.Registry().with_resource(resource.id() or "", resource).resolver(resource.id() or "")
+        self.root = (schema, resolver)
+        self.seen_validation: dict[tuple[int, str], bool] = {}
+
+    # -- schema walking ----------------------------------------------------------------------------------------
+
+    def _enter(self, node: Any, res: Any) -> Any:
+        if isinstance(node, dict) and ("$id" in node or "id" in node):
+            try:
+                return res.in_subresource(self.spec.create_resource(node))
+            except Exception:
+                return res
+        return res
+
+    def _lookup(self, ref: Any, res: Any) -> tuple[Any, Any] | None:
+        if not isinstance(ref, str):
+            return None
+        try:
+            resolved = res.lookup(ref)
+        except Exception:
+            return None
+        return resolved.contents, resolved.resolver
+
+    def _valid(self, node: Any, res: Any, value: Any) -> bool:
+        try:
+            return self.validator.evolve(schema=node, _resolver=res).is_valid(value)
+        except Exception:
+            return False
+
+    def _expand(self, parts: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+        """``parts`` with what ``$ref`` and ``allOf`` add, breadth first (the compiler's ``normalise``)."""
+        out: list[tuple[Any, Any]] = []
+        seen: set[int] = set()
+        work = deque(parts)
+        while work:
+            node, res = work.popleft()
+            if not isinstance(node, dict) or id(node) in seen:
+                continue
+            seen.add(id(node))
+            res = self._enter(node, res)
+            added = []
+            ref_only = False
+            for kw in ("$ref", "$dynamicRef", "$recursiveRef"):
+                if kw in node:
+                    target = self._lookup(node[kw], res)
+                    if target is None:
+                        continue
+                    if self.legacy and kw == "$ref":
+                        ref_only = True
+                        added = [target]
+                        break
+                    added.append(target)
+            if ref_only:
+                work.extendleft(reversed(added))
+                continue
+            if isinstance(node.get("allOf"), list):
+                added.extend((sub, res) for sub in node["allOf"])
+            out.append((node, res))
+            work.extend(added)
+        return out
+
+    def _applicable(self, parts: list[tuple[Any, Any]], value: Any) -> list[tuple[Any, Any]]:
+        """The subschemas that apply to ``value``: ``parts`` expanded, then the branches ``value`` takes."""
+        parts = self._expand(parts)
+        done: set[tuple[int, str]] = set()
+        while True:
+            for node, res in parts:
+                kw = next((k for k in _BRANCHING if k in node and (id(node), k) not in done), None)
+                if kw is not None:
+                    break
+            else:
+                return parts
+            done.add((id(node), kw))
+            extra: list[tuple[Any, Any]] = []
+            sub = node[kw]
+            if kw in ("anyOf", "oneOf") and isinstance(sub, list):
+                branch = next((b for b in sub if self._valid(b, res, value)), None)
+                if branch is not None:
+                    extra.append((branch, res))
+            elif kw == "if":
+                if self._valid(sub, res, value):
+                    extra.append((sub, res))
+                    if "then" in node:
+                        extra.append((node["then"], res))
+                elif "else" in node:
+                    extra.append((node["else"], res))
+            elif isinstance(sub, dict) and isinstance(value, dict):
+                for trigger, dep in sub.items():
+                    if trigger not in value:
+                        continue
+                    if isinstance(dep, list):
+                        extra.append(({"required": [trigger, *dep]}, res))
+                    else:
+                        extra.append(({"required": [trigger]}, res))
+                        extra.append((dep, res))
+            parts = self._expand(parts + extra)
+
+    # -- the instance ------------------------------------------------------------------------------------------
+
+    def order(self, value: Any, parts: list[tuple[Any, Any]] | None = None) -> Any:
+        if not isinstance(value, (dict, list)):
+            return value
+        parts = self._applicable([self.root] if parts is None else parts, value)
+        if isinstance(value, dict):
+            return self._order_object(value, parts)
+        return self._order_array(value, parts)
+
+    def _order_object(self, value: dict, parts: list[tuple[Any, Any]]) -> dict:
+        names: list[str] = []
+        for node, _ in parts:
+            props = node.get("properties")
+            if isinstance(props, dict):
+                names.extend(n for n in props if n not in names)
+        for node, _ in parts:
+            req = node.get("required")
+            if isinstance(req, list):
+                names.extend(n for n in req if isinstance(n, str) and n not in names)
+        rank = {n: i for i, n in enumerate(names)}
+        keys = sorted(value, key=lambda k: (0, rank[k]) if k in rank else (1, 0))  # stable: the rest keep order
+        out = {}
+        for key in keys:
+            sub: list[tuple[Any, Any]] = []
+            for node, res in parts:
+                matched = False
+                props = node.get("properties")
+                if isinstance(props, dict) and key in props:
+                    sub.append((props[key], res))
+                    matched = True
+                pats = node.get("patternProperties")
+                if isinstance(pats, dict):
+                    for pattern, s in pats.items():
+                        try:
+                            hit = re.search(pattern, key) is not None
+                        except re.error:
+                            hit = False
+                        if hit:
+                            sub.append((s, res))
+                            matched = True
+                if not matched and "additionalProperties" in node:
+                    sub.append((node["additionalProperties"], res))
+            out[key] = self.order(value[key], sub)
+        return out
+
+    def _order_array(self, value: list, parts: list[tuple[Any, Any]]) -> list:
+        per_item: list[list[tuple[Any, Any]]] = [[] for _ in value]
+        for node, res in parts:
+            items = node.get("items")
+            if isinstance(items, list):
+                prefix, rest = items, node.get("additionalItems")
+            else:
+                prefix = node.get("prefixItems") if isinstance(node.get("prefixItems"), list) else []
+                rest = items
+            for i in range(len(value)):
+                if i < len(prefix):
+                    per_item[i].append((prefix[i], res))
+                elif rest is not None:
+                    per_item[i].append((rest, res))
+            if "contains" in node:
+                for i, item in enumerate(value):
+                    if self._valid(node["contains"], res, item):
+                        per_item[i].append((node["contains"], res))
+        return [self.order(item, sub) for item, sub in zip(value, per_item)]
+
+
+def canonical_order(schema: Any, instance: Any) -> Any:
+    """``instance`` with the keys of each object in the order the compiler writes them for ``schema`` (see the
+    module docstring); values are not changed. Falls back to the instance as it is if the walk fails."""
+    try:
+        return _Orderer(schema).order(instance)
+    except Exception:
+        return instance
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One schema
+
+
+def canonical_numbers(value: Any) -> Any:
+    """``value`` with numbers as the compiler writes them: integral floats as integers, other floats in plain
+    decimal notation (as ``Decimal`` text, wrapped so json.dumps writes them raw)."""
+    if isinstance(value, bool) or value is None or isinstance(value, (str, int)):
+        return value
+    if isinstance(value, float):
+        if value.is_integer():
+            return int(value)
+        return _RawNumber(format(Decimal(repr(value)), "f"))
+    if isinstance(value, dict):
+        return {k: canonical_numbers(v) for k, v in value.items()}
+    return [canonical_numbers(v) for v in value]
+
+
+class _RawNumber(float):
+    def __new__(cls, text: str):
+        obj = super().__new__(cls, text)
+        obj.text = text
+        return obj
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _dumps_raw(value: Any) -> str:
+    """Compact JSON where :class:`_RawNumber` keeps its text."""
+    if isinstance(value, _RawNumber):
+        return value.text
+    if isinstance(value, dict):
+        return "{" + ",".join(serialise(k) + ":" + _dumps_raw(v) for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_dumps_raw(v) for v in value) + "]"
+    return serialise(value)
+
+
+def tokenise(text: str, tokenizer: Any, vocab: Any) -> list[int] | str:
+    """Gemma tokens of ``text`` without BOS, or the reason it is skipped."""
+    try:
+        raw = text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "no UTF-8 form (lone surrogate)"
+    tokens = [int(t) for t in tokenizer.encode(text, add_special_tokens=False)]
+    if vocab.decode(tokens) != raw:
+        return "the tokens do not spell the text's bytes"
+    return tokens
+
+
+def run_tokens(structure: Any, tokens: list[int]) -> str:
+    """``"A"``, ``"R<i>"``, ``"E"`` or ``"X<i>:<exception class>"`` for these tokens (see the module docstring)."""
+    from constrain.errors import TokenError
+
+    matcher = structure.matcher()
+    for i, token in enumerate(tokens):
+        try:
+            matcher.advance(token)
+        except TokenError:
+            return f"R{i}"
+        except Exception as exc:  # the matcher failed (not a rejection): a bug, kept in the record
+            return f"X{i}:{type(exc).__name__}"
+    return "A" if matcher.is_accepting() else "E"
+
+
+def run_text(structure: Any, text: str, tokenizer: Any, vocab: Any) -> str:
+    tokens = tokenise(text, tokenizer, vocab)
+    return f"S:{tokens}" if isinstance(tokens, str) else run_tokens(structure, tokens)
+
+
+def instance_text(schema: Any, data: Any) -> str:
+    """The text an instance is tested with: canonical key order, compact."""
+    return serialise(canonical_order(schema, data))
+
+
+def jsonschema_verdict(schema: Any, data: Any) -> str:
+    """``valid``, ``invalid: <first error>`` (formats asserted), or ``valid without formats`` when only a format
+    assertion fails."""
+    from jsonschema import validators
+
+    try:
+        cls = validators.validator_for(schema, default=validators.Draft202012Validator)
+        error = next(iter(cls(schema, format_checker=cls.FORMAT_CHECKER).iter_errors(data)), None)
+        if error is None:
+            return "valid"
+        if error.validator == "format" or cls(schema).is_valid(data):
+            return f"valid without formats (format {error.validator_value!r})"
+        where = "/" + "/".join(str(p) for p in error.absolute_path)
+        return f"invalid at {where}: {error.validator}"
+    except Exception as exc:
+        return f"jsonschema failed: {type(exc).__name__}"
+
+
+def diagnose(structure: Any, schema: Any, data: Any, tokenizer: Any, vocab: Any) -> str:
+    """Why a valid instance was not accepted, as far as cheap checks tell."""
+    reasons = []
+    verdict = jsonschema_verdict(schema, data)
+    if verdict != "valid":
+        reasons.append(f"jsonschema: {verdict}")
+    if run_text(structure, serialise(data), tokenizer, vocab) == "A":
+        reasons.append("key order: accepted in the instance's own order")
+    numbers = _dumps_raw(canonical_numbers(canonical_order(schema, data)))
+    if numbers != instance_text(schema, data) and run_text(structure, numbers, tokenizer, vocab) == "A":
+        reasons.append("number form: accepted with numbers written canonically")
+    return "; ".join(reasons) or "unexplained"
+
+
+def _near(tokens: list[int], outcome: str, vocab: Any) -> str:
+    """The text around where the matcher stopped: up to 40 characters before and the rejected token."""
+    if outcome[0] in "RX":
+        i = int(outcome[1:].split(":")[0])
+        before = vocab.decode(tokens[:i]).decode("utf-8", "replace")[-40:]
+        return before + " >>" + vocab.decode(tokens[i : i + 1]).decode("utf-8", "replace") + "<<"
+    return vocab.decode(tokens).decode("utf-8", "replace")[-40:] + " >>(end)<<"
+
+
+def normalise_reason(message: str) -> str:
+    reason = re.sub(r"'[^']*'", "'…'", message)
+    reason = re.sub(r"(?<![\w/])-?\d+(\.\d+)?(?![\w/])", "N", reason)
+    return reason[:120]
+
+
+def error_record(exc: BaseException) -> dict[str, Any]:
+    from constrain.compilers.json_schema import JsonSchemaError
+
+    if isinstance(exc, JsonSchemaError):
+        return {
+            "class": type(exc).__name__,
+            "keyword": exc.keyword,
+            "pointer": exc.pointer,
+            "reason": normalise_reason(exc.reason),
+        }
+    tb = traceback.extract_tb(exc.__traceback__)
+    frame = tb[-1] if tb else None
+    where = f"{Path(frame.filename).name}:{frame.name}" if frame else "?"
+    return {"class": type(exc).__name__, "keyword": None, "pointer": where, "reason": normalise_reason(str(exc))}
+
+
+class _Timeout(BaseException):
+    pass
+
+
+_FIRED = [False]
+
+
+def _alarm(signum, frame):  # pragma: no cover - only on a timeout
+    _FIRED[0] = True
+    raise _Timeout()
+
+
+def _arm(seconds: float | None):
+    """Start the per-schema alarm (main thread only); returns what :func:`_disarm` needs."""
+    if not seconds:
+        return None
+    _FIRED[0] = False
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    return old
+
+
+def _disarm(old) -> None:
+    if old is not None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def compile_status(
+    schema: Any, vocab: Any, timeout: float | None = None, **options: Any
+) -> tuple[Any, dict[str, Any]]:
+    """Compile ``schema`` (``options`` go to ``compile_json_schema``): (structure or None, ``{"status",
+    "error"?}``). A JsonSchemaError is a refusal (``"time_limit"`` when it is the compiler's own time limit), any
+    other exception a crash; with ``timeout`` (seconds, main thread only) a compile that runs longer is a
+    ``"timeout"`` (an alarm that lands inside native code can surface as another exception: still a timeout)."""
+    from constrain.compilers.json_schema import JsonSchemaError, compile_json_schema
+
+    old = _arm(timeout)
+    try:
+        structure = compile_json_schema(schema, vocab, **options)
+        return structure, {"status": "compiled"}
+    except _Timeout:
+        return None, {"status": "timeout"}
+    except JsonSchemaError as exc:
+        if _FIRED[0]:
+            return None, {"status": "timeout"}
+        status = "time_limit" if "time_limit=" in str(exc) else "refused"
+        return None, {"status": status, "error": error_record(exc)}
+    except Exception as exc:
+        if _FIRED[0]:
+            return None, {"status": "timeout"}
+        return None, {"status": "crashed", "error": error_record(exc)}
+    finally:
+        _disarm(old)
+
+
+def run_entry(entry: dict[str, Any], tokenizer: Any, vocab: Any, timeout: float | None = None) -> dict[str, Any]:
+    """The golden record of one data-file entry (see the module docstring)."""
+    record: dict[str, Any] = {"name": entry["name"], "index": entry["index"]}
+    started = time.monotonic()
+    structure, status = compile_status(entry["schema"], vocab, timeout)
+    record.update(status)
+    if structure is None:
+        return record
+    old = _arm(timeout and max(1.0, timeout - (time.monotonic() - started)))
+    try:
+        outcomes, valid_rejected, invalid_accepted, matcher_errors = [], [], [], []
+        for i, test in enumerate(entry["tests"]):
+            tokens = tokenise(instance_text(entry["schema"], test["data"]), tokenizer, vocab)
+            if isinstance(tokens, str):
+                outcomes.append(f"S:{tokens}")
+                continue
+            outcome = run_tokens(structure, tokens)
+            outcomes.append(outcome)
+            if outcome[0] == "X":
+                matcher_errors.append({"test": i, "outcome": outcome, "valid": bool(test["valid"])})
+            if test["valid"] and outcome != "A":
+                why = diagnose(structure, entry["schema"], test["data"], tokenizer, vocab)
+                near = _near(tokens, outcome, vocab)
+                valid_rejected.append({"test": i, "outcome": outcome, "why": why, "near": near})
+            elif not test["valid"] and outcome == "A":
+                invalid_accepted.append({"test": i, "jsonschema": jsonschema_verdict(entry["schema"], test["data"])})
+    except _Timeout:
+        return {"name": entry["name"], "index": entry["index"], "status": "timeout"}
+    finally:
+        _disarm(old)
+    record["tests"] = outcomes
+    if valid_rejected:
+        record["valid_rejected"] = valid_rejected
+    if invalid_accepted:
+        record["invalid_accepted"] = invalid_accepted
+    if matcher_errors:
+        record["matcher_errors"] = matcher_errors
+    return record
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The whole set, in worker processes
+
+
+def load_gemma() -> tuple[Any, Any]:
+    from constrain.tokenizers import load_gemma_tokenizer
+    from constrain.vocab import Vocabulary
+
+    tokenizer = load_gemma_tokenizer()
+    return tokenizer, Vocabulary.from_tokenizer(tokenizer)
+
+
+def _worker(conn, timeout: float) -> None:  # pragma: no cover - subprocess
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    tokenizer, vocab = load_gemma()
+    conn.send(("ready", None))
+    while True:
+        entry = conn.recv()
+        if entry is None:
+            return
+        started = time.monotonic()
+        try:
+            record = run_entry(entry, tokenizer, vocab, timeout)
+        except BaseException as exc:  # a crash outside the compile
+            record = {"name": entry["name"], "index": entry["index"], "status": "crashed", "error": error_record(exc)}
+        gc.collect()
+        conn.send(("done", (record, time.monotonic() - started)))
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def run_all(
+    data_path: Path, *, names: list[str] | None, workers: int, timeout: float, max_rss_mb: float, progress: bool = True
+) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """Records for the selected entries (all by default), in data-file order, and the seconds each took."""
+    import multiprocessing as mp
+    from multiprocessing.connection import wait
+
+    ctx = mp.get_context("spawn")
+    entries = {e["index"]: e for e in load_entries(data_path, set(names) if names else None)}
+    todo = list(entries)
+    name_of = {i: e["name"] for i, e in entries.items()}
+    records: dict[int, dict[str, Any]] = {}
+    seconds: dict[str, float] = {}
+    queue = deque(todo)
+    slots: list[dict[str, Any]] = []
+
+    def start() -> dict[str, Any]:
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_worker, args=(child, timeout), daemon=True)
+        proc.start()
+        child.close()
+        return {"proc": proc, "conn": parent, "task": None, "since": time.monotonic(), "ready": False}
+
+    slots = [start() for _ in range(max(1, min(workers, len(todo))))]
+    begun = time.monotonic()
+    while len(records) < len(todo):
+        for slot in slots:
+            if slot["ready"] and slot["task"] is None and queue:
+                slot["task"] = queue.popleft()
+                slot["since"] = time.monotonic()
+                slot["conn"].send(entries[slot["task"]])
+        ready = wait([s["conn"] for s in slots], timeout=1.0)
+        for slot in list(slots):
+            conn = slot["conn"]
+            if conn in ready:
+                try:
+                    kind, payload = conn.recv()
+                except (EOFError, OSError):
+                    kind, payload = "died", None
+                if kind == "ready":
+                    slot["ready"] = True
+                elif kind == "done":
+                    record, secs = payload
+                    records[slot["task"]] = record
+                    seconds[record["name"]] = round(secs, 3)
+                    slot["task"] = None
+                    if progress and len(records) % 100 == 0:
+                        rate = len(records) / (time.monotonic() - begun)
+                        print(f"  {len(records)}/{len(todo)} schemas ({rate:.1f}/s)", file=sys.stderr, flush=True)
+                    continue
+                else:
+                    task = slot["task"]
+                    if task is not None:
+                        records[task] = {"name": name_of[task], "index": task, "status": "crashed",
+                                         "error": {"class": "WorkerDied", "keyword": None, "pointer": "",
+                                                   "reason": "the worker process died"}}  # fmt: skip
+                    _replace(slots, slot, start)
+                    continue
+            task = slot["task"]
+            if task is None:
+                continue
+            elapsed = time.monotonic() - slot["since"]
+            status = None
+            if elapsed > timeout + 30:  # the alarm did not fire (native code): kill
+                status = "timeout"
+            elif _rss_mb(slot["proc"].pid) > max_rss_mb:
+                status = "memory"
+            if status:
+                records[task] = {"name": name_of[task], "index": task, "status": status}
+                seconds[name_of[task]] = round(elapsed, 3)
+                _replace(slots, slot, start)
+    for slot in slots:
+        try:
+            slot["conn"].send(None)
+        except OSError:
+            pass
+        slot["proc"].join(timeout=5)
+        if slot["proc"].is_alive():
+            slot["proc"].kill()
+    return [records[i] for i in sorted(records)], seconds
+
+
+def _replace(slots: list, slot: dict, start) -> None:
+    slot["proc"].kill()
+    slot["proc"].join()
+    slots[slots.index(slot)] = start()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reports
+
+
+def summary(records: list[dict[str, Any]]) -> dict[str, Any]:
+    status = Counter(r["status"] for r in records)
+    reasons = Counter(
+        f"{r['error']['class']} [{r['error']['keyword']}] {r['error']['reason'][:70]}"
+        for r in records
+        if r["status"] in ("refused", "crashed")
+    )
+    keywords = Counter(
+        f"{r['error']['class']} [{r['error']['keyword']}]" for r in records if r["status"] in ("refused", "crashed")
+    )
+    tests = Counter()
+    for r in records:
+        for t in r.get("tests", []):
+            tests[t[0]] += 1
+    vr = [v for r in records for v in r.get("valid_rejected", [])]
+    why = Counter(v["why"] for v in vr)
+    return {
+        "schemas": len(records),
+        "status": dict(sorted(status.items())),
+        "refusals_by_keyword": dict(keywords.most_common()),
+        "refusals_by_reason": dict(reasons.most_common()),
+        "instances": dict(sorted(tests.items())),
+        "valid_rejected": len(vr),
+        "valid_rejected_why": dict(why.most_common()),
+        "invalid_accepted": sum(len(r.get("invalid_accepted", [])) for r in records),
+        "matcher_errors": sum(len(r.get("matcher_errors", [])) for r in records),
+    }
+
+
+def compare(golden: dict[str, dict[str, Any]], records: list[dict[str, Any]]) -> list[str]:
+    """Differences of ``records`` from the golden records (by name), one line each."""
+    out = []
+    for r in records:
+        g = golden.get(r["name"])
+        if g is None:
+            out.append(f"{r['name']}: not in the golden file")
+            continue
+        if r["status"] != g["status"] or _error_key(r) != _error_key(g):
+            out.append(f"{r['name']}: {g['status']} {_error_key(g)} -> {r['status']} {_error_key(r)}")
+            continue
+        for i, (a, b) in enumerate(zip(g.get("tests", []), r.get("tests", []))):
+            if (a == "A") != (b == "A"):
+                out.append(f"{r['name']}: test {i} {a} -> {b}")
+    return out
+
+
+def _error_key(record: dict[str, Any]) -> tuple | None:
+    e = record.get("error")
+    return None if e is None else (e["class"], e["keyword"], e["pointer"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--update", action="store_true", help=f"write {GOLDEN.relative_to(ROOT)} (with --names: replace those records)"
+    )
+    p.add_argument("--data", type=Path, default=DATA)
+    p.add_argument("--names", help="comma-separated schema names (compared with the golden file)")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per schema (compile + its instances)")
+    p.add_argument("--max-rss-mb", type=float, default=4000.0)
+    p.add_argument("--timings-out", type=Path, help="write the seconds each schema took (JSON) here")
+    args = p.parse_args(argv)
+    if not args.data.is_file():
+        print(f"MaskBench data not found at {args.data}", file=sys.stderr)
+        return 2
+    names = args.names.split(",") if args.names else None
+    if args.update and names and not GOLDEN.is_file():
+        p.error("--update with --names replaces records of an existing golden file; generate it whole first")
+    started = time.monotonic()
+    records, seconds = run_all(
+        args.data, names=names, workers=args.workers, timeout=args.timeout, max_rss_mb=args.max_rss_mb
+    )
+    wall = time.monotonic() - started
+    stats = summary(records)
+    print(json.dumps(stats, indent=1, ensure_ascii=False))
+    slow = sorted(seconds.items(), key=lambda kv: -kv[1])[:15]
+    print(f"wall {wall:.0f} s; slowest: " + ", ".join(f"{n} {s:.1f}s" for n, s in slow))
+    if args.timings_out:
+        args.timings_out.write_text(json.dumps(seconds, indent=0, sort_keys=True))
+    if GOLDEN.is_file():
+        old = {r["name"]: r for r in load_golden()["schemas"]}
+        diff = compare(old, records)
+        print(f"{len(diff)} differences from {GOLDEN.relative_to(ROOT)}")
+        for line in diff[:200]:
+            print("  " + line)
+    if args.update:
+        with gzip.open(args.data, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+        if names:
+            new = {r["name"]: r for r in records}
+            records = [new.get(r["name"], r) for r in load_golden()["schemas"]]
+            stats = summary(records)
+        write_golden(
+            {
+                "format": FORMAT_VERSION,
+                "command": COMMAND,
+                "data": args.data.name,
+                "data_sha256": digest,
+                "timeout_s": args.timeout,
+                "summary": stats,
+                "schemas": records,
+            }
+        )
+        print(f"wrote {GOLDEN.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
