@@ -11,6 +11,7 @@ are shared by every place that uses them.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Union
@@ -101,25 +102,28 @@ def build_pushdown(grammar: Grammar, *, deadline: float | None = None) -> Pushdo
     grammar = _hoist_terminals(grammar)
     names = [grammar.start] + sorted(n for n in grammar.rules if n != grammar.start)
     index = {name: i for i, name in enumerate(names)}
-    rules = []
-    for name in names:
-        try:
-            with deadline_of(deadline):
-                dfa, called = _rule_dfa(grammar.rules[name])
-        except GrammarError as exc:
-            raise GrammarError(f"rule {name!r} {exc}") from None
-        except CompileTimeout:
-            raise GrammarError(f"building the automata ran past the time limit (at rule {name!r})") from None
-        except RecursionError:
-            raise GrammarError(f"rule {name!r} nests too deeply to compile") from None
-        for callee in called:
-            if callee not in index:
-                raise GrammarError(f"rule {name!r} refers to the undefined rule {callee!r}")
-        rules.append(ByteDFA(dfa.trans, dfa.accepting, dfa.calls, tuple(index[called[k]] for k in dfa.callees)))
+    with deadline_of(deadline) if deadline is not None else nullcontext():  # else keep a caller's deadline
+        rules = [_checked_rule_dfa(grammar.rules[name], name, index) for name in names]
     pushdown = Pushdown(tuple(names), tuple(rules))
     _check_productive(pushdown)
     _check_left_recursion(pushdown)
     return pushdown
+
+
+def _checked_rule_dfa(body: Expr, name: str, index: Mapping[str, int]) -> ByteDFA:
+    """Rule ``name``'s DFA with its calls numbered by ``index``; errors name the rule."""
+    try:
+        dfa, called = _rule_dfa(body)
+    except GrammarError as exc:
+        raise GrammarError(f"rule {name!r} {exc}") from None
+    except CompileTimeout:
+        raise GrammarError(f"building the automata ran past the time limit (at rule {name!r})") from None
+    except RecursionError:
+        raise GrammarError(f"rule {name!r} nests too deeply to compile") from None
+    for callee in called:
+        if callee not in index:
+            raise GrammarError(f"rule {name!r} refers to the undefined rule {callee!r}")
+    return ByteDFA(dfa.trans, dfa.accepting, dfa.calls, tuple(index[called[k]] for k in dfa.callees))
 
 
 def _hoist_terminals(grammar: Grammar) -> Grammar:
