@@ -18,13 +18,12 @@ from functools import cached_property
 import os
 import tempfile
 import threading
-from collections import OrderedDict
 
 import numpy as np
 from numba import njit
 
 from .automaton import bounded_language_hashes
-from .cache import cache_dir
+from .cache import BoundedCache, cache_dir
 from .errors import StructureError
 from .grammar import Grammar, Pushdown, build_pushdown
 from .masks import DEFAULT_CACHE_BYTES, MaskCache
@@ -195,6 +194,10 @@ class Machine:
         return pops[:count]
 
 
+def _entry_bytes(entry: tuple[np.ndarray, np.ndarray]) -> int:
+    return entry[0].nbytes + entry[1].nbytes
+
+
 class LexicalMasks:
     """Local walks of lexical (call-free) rule states, one store per vocabulary, shared by every structure.
 
@@ -212,7 +215,10 @@ class LexicalMasks:
     FORMAT = 4
     _stores: dict[str, LexicalMasks] = {}
     _stores_lock = threading.Lock()
-    MAX_ENTRIES = 4096
+    #: Bytes of walks kept in memory per vocabulary (the disk keeps the rest).
+    MAX_BYTES = 256 * 1024 * 1024
+    #: Most (hash, first byte) lender keys remembered before the index starts over.
+    MAX_LENDERS = 262_144
     #: First-byte subtrees with fewer tokens than this are walked, not borrowed.
     MIN_BORROWED_TOKENS = 256
 
@@ -235,7 +241,7 @@ class LexicalMasks:
         self._small_words = np.zeros(width, dtype=np.uint32)  # the tokens of the subtrees never borrowed
         for j in np.setdiff1d(np.arange(len(first)), self.borrowable):
             self._small_words |= self._token_words(j)
-        self._entries: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._entries = BoundedCache(self.MAX_BYTES)  # bounded-language hash -> (words, pop ranges)
         self._lenders: dict[tuple[int, int], int] = {}  # (hash after the first byte, first-node index) -> walk
         self._lock = threading.Lock()
         self.persist_min_tokens = max(1, vocab.size // 16)
@@ -269,13 +275,11 @@ class LexicalMasks:
                 entry, walked_tokens = self._compose(trans, accepting, hashes, state)
                 if walked_tokens >= self.persist_min_tokens:
                     self._save(path, entry)
+            self._entries.put(key, entry, _entry_bytes(entry))
             with self._lock:
-                self._entries[key] = entry
-                if len(self._entries) > self.MAX_ENTRIES:
-                    self._entries.popitem(last=False)
                 for lent in self._first_byte_keys(trans, hashes, state):
                     self._lenders[lent] = key
-                if len(self._lenders) > self.MAX_ENTRIES * 64:
+                if len(self._lenders) > self.MAX_LENDERS:
                     self._lenders.clear()
         return entry
 
@@ -357,9 +361,7 @@ class PushdownMasks(MaskCache):
         self.machine = machine
         trie = vocab.trie
         self._depth_of = trie.node_key >> 8
-        self._local: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
-        self._max_local = self._max_entries
-        self._local_lock = threading.Lock()
+        self._local = BoundedCache(cache_bytes // 2)  # state -> (words, pop ranges)
         self._lexical = LexicalMasks.of(vocab)
         self._hashes = np.zeros(machine.trans.shape[0], dtype=np.uint64)
         self._hashed = np.zeros(len(machine.rule_start), dtype=bool)
@@ -388,10 +390,7 @@ class PushdownMasks(MaskCache):
             entry = self._lexical.walk(self.machine.trans, self.machine.accepting, self._rule_hashes(rule), state)
         else:
             entry = self._local_walk(state)
-        with self._local_lock:
-            self._local[state] = entry
-            if len(self._local) > self._max_local:
-                self._local.popitem(last=False)
+        self._local.put(state, entry, _entry_bytes(entry))
         return entry
 
     def _local_walk(self, state: int) -> tuple[np.ndarray, np.ndarray]:
