@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
 
 import numpy as np
 from numba import njit
@@ -118,6 +119,28 @@ def utf8_sequences(lo: int, hi: int) -> list[list[tuple[int, int]]]:
     return sequences
 
 
+@lru_cache(maxsize=4096)
+def _utf8_paths(ranges: tuple[tuple[int, int], ...]) -> tuple[int, list[tuple[int, int, int, int]]]:
+    """The byte paths that read one code point of ``ranges``, as ``(number of inner states, edges)``; an edge is
+    ``(from, first byte, last byte, to)`` with -1 for the outer source and target, inner states numbered from 0.
+    Sequences that share a leading byte range share their first inner state, so large classes stay small. Cached:
+    the same classes recur in every pattern."""
+    prefix_states: dict[tuple[tuple[int, int], ...], int] = {(): -1}
+    edges = []
+    for lo, hi in ranges:
+        for seq in utf8_sequences(lo, hi):
+            state = -1
+            for depth in range(len(seq) - 1):
+                key = tuple(seq[: depth + 1])
+                nxt = prefix_states.get(key)
+                if nxt is None:
+                    nxt = prefix_states[key] = len(prefix_states) - 1
+                    edges.append((state, seq[depth][0], seq[depth][1], nxt))
+                state = nxt
+            edges.append((state, seq[-1][0], seq[-1][1], -1))
+    return len(prefix_states) - 1, edges
+
+
 def code_point_ranges(code_points: Iterable[int]) -> list[tuple[int, int]]:
     """Sorted, merged inclusive ranges covering the given code points."""
     ranges: list[tuple[int, int]] = []
@@ -146,72 +169,55 @@ def complement_ranges(ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]
 # NFA
 
 
-def _byte_groups(out, closure_of, unions) -> list[tuple[int, int, frozenset[int]]]:
-    """Split the byte edges ``out`` (lo, hi, target) of one subset into maximal byte ranges with one set of
-    targets each: ``(first byte, end byte, closure of the targets)``. A sweep over the range ends, so a subset
-    with many edges costs O(E log E), not O(E^2)."""
-    events: dict[int, list[tuple[int, int]]] = {}
-    for lo, hi, dst in out:
-        events.setdefault(lo, []).append((dst, 1))
-        events.setdefault(hi + 1, []).append((dst, -1))
-    active: dict[int, int] = {}
-    groups = []
-    cuts = sorted(events)
-    for a, b in zip(cuts, cuts[1:]):
-        for dst, delta in events[a]:
-            count = active.get(dst, 0) + delta
-            if count:
-                active[dst] = count
-            else:
-                del active[dst]
-        if not active:
-            continue
-        targets = frozenset(active)
-        nxt = unions.get(targets)
-        if nxt is None:
-            nxt = frozenset().union(*(closure_of(t) for t in targets))
-            unions[targets] = nxt
-        if groups and groups[-1][1] == a and groups[-1][2] is nxt:
-            groups[-1] = (groups[-1][0], b, nxt)  # adjacent ranges going to the same subset: one range
-        else:
-            groups.append((a, b, nxt))
-    return groups
-
-
 class ByteNFA:
-    """A Thompson-style NFA under construction: byte-range edges, epsilon edges and anchor-marker edges."""
+    """A Thompson-style NFA under construction: byte-range edges, epsilon edges, anchor-marker edges and calls.
 
-    __slots__ = ("edges", "epsilon", "markers", "calls")
+    Edges are kept in flat lists of ints rather than per-state lists: building is a Python loop over a
+    structure, so a state costs a counter and an edge one list extension, and the subset construction (a compiled
+    kernel) reads them as arrays.
+    """
+
+    __slots__ = ("size", "_bytes", "_epsilon", "_markers", "_calls")
 
     def __init__(self) -> None:
-        self.edges: list[list[tuple[int, int, int]]] = []
-        self.epsilon: list[list[int]] = []
-        self.markers: list[list[tuple[int, int]]] = []
-        self.calls: list[list[tuple[int, int]]] = []
+        self.size = 0
+        self._bytes: list[int] = []  # src, lo, hi, dst per edge
+        self._epsilon: list[int] = []  # src, dst
+        self._markers: list[int] = []  # src, marker, dst
+        self._calls: list[int] = []  # src, rule, dst
 
     def new_state(self) -> int:
-        if len(self.edges) >= MAX_NFA_STATES:
+        if self.size >= MAX_NFA_STATES:
             raise AutomatonTooLarge(f"the automaton needs more than {MAX_NFA_STATES:,} NFA states")
-        if len(self.edges) % 4096 == 0:
+        if self.size % 4096 == 0:
             check_deadline()
-        self.edges.append([])
-        self.epsilon.append([])
-        self.markers.append([])
-        self.calls.append([])
-        return len(self.edges) - 1
+        self.size += 1
+        return self.size - 1
 
     def add_epsilon(self, src: int, dst: int) -> None:
-        self.epsilon[src].append(dst)
+        self._epsilon += (src, dst)
 
     def add_marker(self, src: int, marker: int, dst: int) -> None:
-        self.markers[src].append((marker, dst))
+        self._markers += (src, marker, dst)
 
     def add_bytes(self, src: int, lo: int, hi: int, dst: int) -> None:
-        self.edges[src].append((lo, hi, dst))
+        self._bytes += (src, lo, hi, dst)
 
     def add_call(self, src: int, rule: int, dst: int) -> None:
         """An edge that reads one whole match of grammar rule ``rule`` (a pushdown call)."""
-        self.calls[src].append((rule, dst))
+        self._calls += (src, rule, dst)
+
+    def add_dfa(self, dfa: ByteDFA, src: int, dst: int) -> None:
+        """A copy of a call-free DFA between ``src`` and ``dst``: its start follows ``src``, its accepting states
+        lead to ``dst``. How a regex parsed and determinised once is spliced wherever it appears."""
+        if self.size + dfa.num_states > MAX_NFA_STATES:
+            raise AutomatonTooLarge(f"the automaton needs more than {MAX_NFA_STATES:,} NFA states")
+        base = self.size
+        self.size += dfa.num_states
+        self._bytes += (dfa.edge_list + np.array([base, 0, 0, base], dtype=np.int32)).ravel().tolist()
+        self._epsilon += (src, base)
+        for final in np.flatnonzero(dfa.accepting).tolist():
+            self._epsilon += (base + final, dst)
 
     def add_code_points(self, src: int, ranges: Sequence[tuple[int, int]], dst: int) -> None:
         """Edges from ``src`` to ``dst`` reading exactly one UTF-8 encoded code point from ``ranges``.
@@ -222,118 +228,280 @@ class ByteNFA:
         if len(ranges) == 1 and ranges[0][1] < 0x80:
             self.add_bytes(src, ranges[0][0], ranges[0][1], dst)
             return
-        prefix_states: dict[tuple[tuple[int, int], ...], int] = {(): src}
-        for lo, hi in ranges:
-            for seq in utf8_sequences(lo, hi):
-                state = src
-                for depth in range(len(seq) - 1):
-                    key = tuple(seq[: depth + 1])
-                    nxt = prefix_states.get(key)
-                    if nxt is None:
-                        nxt = self.new_state()
-                        prefix_states[key] = nxt
-                        self.add_bytes(state, seq[depth][0], seq[depth][1], nxt)
-                    state = nxt
-                self.add_bytes(state, seq[-1][0], seq[-1][1], dst)
-
-    def _closure(self, states: Iterable[int], marker: int | None) -> frozenset[int]:
-        """Epsilon closure, also following edges labelled ``marker`` when given."""
-        seen = set(states)
-        stack = list(seen)
-        while stack:
-            s = stack.pop()
-            nexts = list(self.epsilon[s])
-            if marker is not None:
-                nexts.extend(dst for m, dst in self.markers[s] if m == marker)
-            for t in nexts:
-                if t not in seen:
-                    seen.add(t)
-                    stack.append(t)
-        return frozenset(seen)
+        num_inner, edges = _utf8_paths(tuple(ranges))
+        if self.size + num_inner > MAX_NFA_STATES:
+            raise AutomatonTooLarge(f"the automaton needs more than {MAX_NFA_STATES:,} NFA states")
+        base = self.size
+        self.size += num_inner
+        for a, lo, hi, b in edges:
+            self._bytes += (src if a < 0 else base + a, lo, hi, dst if b < 0 else base + b)
 
     def determinize(self, start: int, accept: int) -> ByteDFA:
-        """Subset construction to a trimmed, minimised :class:`ByteDFA`."""
-        epsilon, edges = self.epsilon, self.edges
-        closures: dict[int, frozenset[int]] = {}
-        unions: dict[frozenset[int], frozenset[int]] = {}
+        """Subset construction to a trimmed, minimised :class:`ByteDFA`.
 
-        def closure_of(state: int) -> frozenset[int]:
-            c = closures.get(state)
-            if c is None:
-                c = self._closure([state], None) if epsilon[state] else frozenset((state,))
-                closures[state] = c
-            return c
-
-        # NFA states from which END markers and epsilons alone reach acceptance.
-        ending = self._reaching(accept, END) if any(self.markers) else None
-        start_set = self._closure([start], BEGIN)
-        index = {start_set: 0}
-        subsets = [start_set]
-        accepting: list[bool] = []
-        filled: list[tuple[int, int, int, int]] = []  # (dfa state, first byte, end byte, target)
-        called: list[tuple[int, int, int]] = []  # (dfa state, rule, target)
-        calls = self.calls
-        i = 0
-        while i < len(subsets):
-            if i % 128 == 0:
-                check_deadline()
-            subset = subsets[i]
-            accepting.append(accept in subset if ending is None else not ending.isdisjoint(subset))
-            out = [e for s in subset for e in edges[s]]
-            if len(out) == 1:
-                lo, hi, dst = out[0]
-                groups = [(lo, hi + 1, closure_of(dst))]
-            else:
-                groups = _byte_groups(out, closure_of, unions)
-            for a, b, nxt in groups:
-                j = index.get(nxt)
-                if j is None:
-                    if len(subsets) >= MAX_DFA_STATES:
-                        raise AutomatonTooLarge(f"the automaton needs more than {MAX_DFA_STATES:,} DFA states")
-                    j = index[nxt] = len(subsets)
-                    subsets.append(nxt)
-                filled.append((i, a, b, j))
-            by_rule: dict[int, frozenset[int]] = {}
-            for s in subset:
-                for rule, dst in calls[s]:
-                    by_rule[rule] = by_rule.get(rule, frozenset()) | closure_of(dst)
-            for rule, nxt in by_rule.items():
-                j = index.get(nxt)
-                if j is None:
-                    j = index[nxt] = len(subsets)
-                    subsets.append(nxt)
-                called.append((i, rule, j))
-            i += 1
-        trans = np.full((len(subsets), 256), DEAD, dtype=np.int32)
-        for state, a, b, target in filled:
-            trans[state, a:b] = target
-        callees = tuple(sorted({rule for _, rule, _ in called}))
-        column = {rule: k for k, rule in enumerate(callees)}
-        call_table = np.full((len(subsets), len(callees)), DEAD, dtype=np.int32)
-        for state, rule, target in called:
-            call_table[state, column[rule]] = target
-        dfa = ByteDFA(trans, np.array(accepting, dtype=bool), call_table, callees)
+        ``BEGIN`` markers are followed from the start only; a subset accepts when one of its states reaches
+        ``accept`` through epsilons and ``END`` markers. Subsets keep only the states that read something or
+        accept, so equivalent subsets meet. The compiled kernel runs in slices, with the time limit checked in
+        between."""
+        n = self.size
+        byte_ptr, byte_rows = _csr(self._bytes, 4, n)
+        eps_ptr, eps_rows = _csr(self._epsilon, 2, n)
+        call_ptr, call_rows = _csr(self._calls, 3, n)
+        markers = np.array(self._markers, dtype=np.int32).reshape(-1, 3)
+        begin = markers[markers[:, 1] == BEGIN][:, [0, 2]]
+        start_ptr, start_rows = _csr(np.concatenate([eps_rows, begin]).ravel(), 2, n) if len(begin) else (eps_ptr, eps_rows)
+        final = np.zeros(n, dtype=np.bool_)
+        final[accept] = True
+        end = markers[markers[:, 1] == END][:, [0, 2]]
+        if len(end):
+            final = _reaching(np.concatenate([eps_rows, end]), n, accept)
+        important = final | (np.diff(byte_ptr) > 0) | (np.diff(call_ptr) > 0)
+        num_rules = int(call_rows[:, 1].max()) + 1 if len(call_rows) else 0
+        capacity = 64
+        work = (
+            np.empty(capacity * 4, dtype=np.int32),  # members of the subsets, concatenated
+            np.zeros(capacity + 1, dtype=np.int64),  # where each subset's members start
+            np.empty(capacity, dtype=np.uint64),  # hash of each subset
+            np.full((capacity, 256), DEAD, dtype=np.int32),  # byte transitions
+            np.full((capacity, num_rules), DEAD, dtype=np.int32),  # call transitions
+            np.zeros(capacity, dtype=np.bool_),  # accepting
+            np.full(capacity * 2, DEAD, dtype=np.int32),  # open-addressing table of subset ids
+        )
+        done, count = 0, 0
+        while True:
+            check_deadline()
+            work, done, count, status = _subset_construction(
+                start, start_ptr, start_rows, byte_ptr, byte_rows, eps_ptr, eps_rows, call_ptr, call_rows, final,
+                important, work, done, count, _WORK_PER_SLICE, MAX_DFA_STATES,
+            )  # fmt: skip
+            if status:
+                raise AutomatonTooLarge(f"the automaton needs more than {MAX_DFA_STATES:,} DFA states")
+            if done == count:
+                break
+        calls = work[4][:count]
+        used = np.flatnonzero((calls >= 0).any(axis=0))
+        dfa = ByteDFA(work[3][:count], work[5][:count].copy(), np.ascontiguousarray(calls[:, used]),
+                      tuple(int(r) for r in used))  # fmt: skip
         return dfa.trimmed().minimized()
 
-    def _reaching(self, target: int, marker: int) -> set[int]:
-        """The states from which epsilon and ``marker`` edges alone reach ``target``."""
-        reverse: dict[int, list[int]] = {}
-        for s, outs in enumerate(self.epsilon):
-            for t in outs:
-                reverse.setdefault(t, []).append(s)
-        for s, outs in enumerate(self.markers):
-            for m, t in outs:
-                if m == marker:
-                    reverse.setdefault(t, []).append(s)
-        seen = {target}
-        stack = [target]
-        while stack:
-            for s in reverse.get(stack.pop(), ()):
-                if s not in seen:
-                    seen.add(s)
-                    stack.append(s)
-        return seen
 
+#: Work (states visited) the kernel does between two looks at the time limit: a few milliseconds.
+_WORK_PER_SLICE = 1 << 20
+
+
+def _csr(flat: list[int] | np.ndarray, width: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of ``width`` ints (source state first) grouped by source: ``(ptr, rows)``, rows of state ``s`` being
+    ``rows[ptr[s]:ptr[s + 1]]``."""
+    rows = np.array(flat, dtype=np.int32).reshape(-1, width)
+    if len(rows) > 1:
+        rows = rows[np.argsort(rows[:, 0], kind="stable")]
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows[:, 0], minlength=n), out=ptr[1:])
+    return ptr, np.ascontiguousarray(rows)
+
+
+@njit(cache=True)
+def _reaching(edges, n, target):
+    """The states from which ``edges`` (src, dst) alone reach ``target``."""
+    seen = np.zeros(n, dtype=np.bool_)
+    seen[target] = True
+    changed = True
+    while changed:
+        changed = False
+        for k in range(edges.shape[0]):
+            if seen[edges[k, 1]] and not seen[edges[k, 0]]:
+                seen[edges[k, 0]] = True
+                changed = True
+    return seen
+
+
+@njit(cache=True)
+def _close(seeds, num_seeds, ptr, rows, important, stamp, generation, stack, out):
+    """The important states of the epsilon closure of ``seeds[:num_seeds]``, sorted, into ``out``; their count."""
+    top = 0
+    for j in range(num_seeds):
+        s = seeds[j]
+        if stamp[s] != generation:
+            stamp[s] = generation
+            stack[top] = s
+            top += 1
+    k = 0
+    while top > 0:
+        top -= 1
+        s = stack[top]
+        if important[s]:
+            out[k] = s
+            k += 1
+        for e in range(ptr[s], ptr[s + 1]):
+            t = rows[e, 1]
+            if stamp[t] != generation:
+                stamp[t] = generation
+                stack[top] = t
+                top += 1
+    out[:k].sort()
+    return k
+
+
+@njit(cache=True)
+def _intern(out, k, work, count, max_states):
+    """The id of the subset ``out[:k]``, added when new: ``(id, work, count)``; id -2 when past ``max_states``."""
+    members, offsets, hashes, trans, calls, accepting, table = work
+    h = np.uint64(14695981039346656037)
+    for j in range(k):
+        h = (h ^ np.uint64(out[j] + 1)) * np.uint64(1099511628211)
+    mask = table.shape[0] - 1
+    slot = np.int64(h & np.uint64(mask))
+    while table[slot] >= 0:
+        other = table[slot]
+        start = offsets[other]
+        if hashes[other] == h and offsets[other + 1] - start == k:
+            same = True
+            for j in range(k):
+                if members[start + j] != out[j]:
+                    same = False
+                    break
+            if same:
+                return other, work, count
+        slot = (slot + 1) & mask
+    if count >= max_states:
+        return -2, work, count
+    if count == trans.shape[0]:
+        capacity = 2 * count
+        grown = np.full((capacity, 256), -1, dtype=np.int32)
+        grown[:count] = trans
+        trans = grown
+        grown_calls = np.full((capacity, calls.shape[1]), -1, dtype=np.int32)
+        grown_calls[:count] = calls
+        calls = grown_calls
+        grown_accepting = np.zeros(capacity, dtype=np.bool_)
+        grown_accepting[:count] = accepting
+        accepting = grown_accepting
+        grown_hashes = np.empty(capacity, dtype=np.uint64)
+        grown_hashes[:count] = hashes
+        hashes = grown_hashes
+        grown_offsets = np.zeros(capacity + 1, dtype=np.int64)
+        grown_offsets[: count + 1] = offsets[: count + 1]
+        offsets = grown_offsets
+        table = np.full(2 * capacity, -1, dtype=np.int32)
+        mask = table.shape[0] - 1
+        for i in range(count):
+            slot = np.int64(hashes[i] & np.uint64(mask))
+            while table[slot] >= 0:
+                slot = (slot + 1) & mask
+            table[slot] = i
+        slot = np.int64(h & np.uint64(mask))
+        while table[slot] >= 0:
+            slot = (slot + 1) & mask
+    start = offsets[count]
+    if start + k > members.shape[0]:
+        grown_members = np.empty(max(2 * members.shape[0], start + k), dtype=np.int32)
+        grown_members[:start] = members[:start]
+        members = grown_members
+    members[start : start + k] = out[:k]
+    offsets[count + 1] = start + k
+    hashes[count] = h
+    table[slot] = count
+    return count, (members, offsets, hashes, trans, calls, accepting, table), count + 1
+
+
+@njit(cache=True)
+def _subset_construction(
+    start, start_ptr, start_rows, byte_ptr, byte_rows, eps_ptr, eps_rows, call_ptr, call_rows, final, important,
+    work, done, count, slice_work, max_states,
+):  # fmt: skip
+    """Expand subsets ``done``.. (adding the start subset first when there is none yet) until about
+    ``slice_work`` states have been visited: ``(work, done, count, status)``, status 1 when the automaton needs
+    more than ``max_states`` states."""
+    n = final.shape[0]
+    stamp = np.zeros(n, dtype=np.int64)
+    stack = np.empty(n, dtype=np.int32)
+    out = np.empty(n, dtype=np.int32)
+    seeds = np.empty(max(byte_rows.shape[0], call_rows.shape[0], 1), dtype=np.int32)
+    lo = np.empty(byte_rows.shape[0], dtype=np.int32)
+    hi = np.empty(byte_rows.shape[0], dtype=np.int32)
+    dst = np.empty(byte_rows.shape[0], dtype=np.int32)
+    call_rule = np.empty(call_rows.shape[0], dtype=np.int32)
+    call_dst = np.empty(call_rows.shape[0], dtype=np.int32)
+    is_cut = np.zeros(257, dtype=np.bool_)
+    cuts = np.empty(257, dtype=np.int32)
+    generation = 0
+    if count == 0:
+        seeds[0] = start
+        generation += 1
+        k = _close(seeds, 1, start_ptr, start_rows, important, stamp, generation, stack, out)
+        if k == 0:  # nothing can be read or accepted: one dead start state
+            work[5][0] = False
+            return work, 1, 1, 0
+        _, work, count = _intern(out, k, work, count, max_states)
+    visited = 0
+    while done < count and visited < slice_work:
+        i = done
+        first, last = work[1][i], work[1][i + 1]
+        num_edges = 0
+        num_calls = 0
+        is_final = False
+        for j in range(first, last):
+            s = work[0][j]
+            is_final = is_final or final[s]
+            for e in range(byte_ptr[s], byte_ptr[s + 1]):
+                lo[num_edges] = byte_rows[e, 1]
+                hi[num_edges] = byte_rows[e, 2]
+                dst[num_edges] = byte_rows[e, 3]
+                num_edges += 1
+            for e in range(call_ptr[s], call_ptr[s + 1]):
+                call_rule[num_calls] = call_rows[e, 1]
+                call_dst[num_calls] = call_rows[e, 2]
+                num_calls += 1
+        work[5][i] = is_final
+        visited += last - first + num_edges + num_calls
+        # Byte ranges: between two consecutive cut points every edge either covers the whole range or none of it.
+        for e in range(num_edges):
+            is_cut[lo[e]] = True
+            is_cut[hi[e] + 1] = True
+        num_cuts = 0
+        for b in range(257):
+            if is_cut[b]:
+                cuts[num_cuts] = b
+                num_cuts += 1
+                is_cut[b] = False
+        for c in range(num_cuts - 1):
+            a, b = cuts[c], cuts[c + 1]
+            num_seeds = 0
+            for e in range(num_edges):
+                if lo[e] <= a and hi[e] >= a:
+                    seeds[num_seeds] = dst[e]
+                    num_seeds += 1
+            if num_seeds == 0:
+                continue
+            generation += 1
+            k = _close(seeds, num_seeds, eps_ptr, eps_rows, important, stamp, generation, stack, out)
+            visited += num_seeds + k
+            if k == 0:
+                continue
+            target, work, count = _intern(out, k, work, count, max_states)
+            if target == -2:
+                return work, done, count, 1
+            work[3][i, a:b] = target
+        # Calls: one target subset per called rule.
+        for rule in range(work[4].shape[1] if num_calls else 0):
+            num_seeds = 0
+            for e in range(num_calls):
+                if call_rule[e] == rule:
+                    seeds[num_seeds] = call_dst[e]
+                    num_seeds += 1
+            if num_seeds == 0:
+                continue
+            generation += 1
+            k = _close(seeds, num_seeds, eps_ptr, eps_rows, important, stamp, generation, stack, out)
+            visited += num_seeds + k
+            if k == 0:
+                continue
+            target, work, count = _intern(out, k, work, count, max_states)
+            if target == -2:
+                return work, done, count, 1
+            work[4][i, rule] = target
+        done += 1
+    return work, done, count, 0
 
 # --------------------------------------------------------------------------------------------------------------
 # DFA
@@ -360,6 +528,20 @@ class ByteDFA:
     @property
     def num_states(self) -> int:
         return int(self.trans.shape[0])
+
+    @cached_property
+    def edge_list(self) -> np.ndarray:
+        """The byte edges as rows ``(state, first byte, last byte, target)``, one per maximal range."""
+        trans = self.trans
+        starts = np.ones(trans.shape, dtype=bool)
+        starts[:, 1:] = trans[:, 1:] != trans[:, :-1]
+        state, first = np.nonzero(starts)
+        last = np.empty_like(first)
+        last[:-1] = first[1:] - 1
+        last[np.append(state[1:] != state[:-1], True)] = 255
+        target = trans[state, first]
+        keep = target >= 0
+        return np.column_stack([state[keep], first[keep], last[keep], target[keep]]).astype(np.int32)
 
     @property
     def is_empty(self) -> bool:
@@ -389,8 +571,8 @@ class ByteDFA:
             return self
         edges = self._edges()
         # Bytes that behave identically in every state form one class; refine over classes only.
-        columns = np.ascontiguousarray(edges[:, _byte_classes(edges)[0]])
-        block_of = _hopcroft(columns, self.accepting)
+        columns = np.ascontiguousarray(edges[:, column_classes(edges)[0]])
+        block_of = hopcroft_blocks(columns, self.accepting)
         num_blocks = int(block_of.max()) + 1
         if num_blocks == self.num_states:
             return self
@@ -428,7 +610,7 @@ def bounded_language_hashes(trans: np.ndarray, accepting: np.ndarray, depth: int
     500 characters fit in any token, and lets different structures share the walks of the same lexical pieces.
     """
     trans = np.ascontiguousarray(trans, dtype=np.int32)
-    reps, class_of = _byte_classes(trans)
+    reps, class_of = column_classes(trans)
     # The sum over bytes is linear, so the bytes of one class (identical columns) are summed once, with the sum
     # of their multipliers: the hash does not depend on how a DFA's classes fall.
     multipliers = np.zeros(len(reps), dtype=np.uint64)
@@ -511,8 +693,9 @@ def _coreachable(trans, accepting):
 
 
 @njit(cache=True)
-def _hopcroft(columns, accepting):
-    """Hopcroft's DFA minimisation. ``columns`` is (n, k): one column per byte class, -1 for dead.
+def hopcroft_blocks(columns, accepting):
+    """Hopcroft's DFA minimisation. ``columns`` is (n, k) int32: one column per symbol class, -1 for dead; every
+    state must be able to reach acceptance (trimmed).
 
     Returns the block (equivalence class) of each state. The dead state takes part as state ``n``.
     """
@@ -659,9 +842,9 @@ def _bfs_order(trans, block_of, num_blocks):
 
 
 @njit(cache=True)
-def _byte_classes(trans):
-    """Bytes whose columns of ``trans`` are identical form a class (hash, then verify exactly): one
-    representative byte per class, and each byte's class."""
+def column_classes(trans):
+    """Columns of ``trans`` (bytes, symbols) that are identical form a class (hash, then verify exactly): one
+    representative column per class, and each column's class."""
     n, width = trans.shape
     hashes = np.empty(width, dtype=np.uint64)
     for b in range(width):

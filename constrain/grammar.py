@@ -10,6 +10,7 @@ are shared by every place that uses them.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -69,7 +70,33 @@ class Repeat:
     max: int | None = None
 
 
-Expr = Union[Literal, Regex, Ref, Seq, Alt, Repeat]
+class Automaton:
+    """Any string a call-free :class:`~constrain.automaton.ByteDFA` accepts: what a compiler that combines
+    constraints as automata (a pattern with a length bound, keys other than some names) hands over directly,
+    instead of writing the automaton back as a regex to be parsed again. Equal when the automata are equal state
+    for state (they are minimised, so equal languages compare equal up to state numbering)."""
+
+    __slots__ = ("dfa", "_key")
+
+    def __init__(self, dfa: ByteDFA):
+        if dfa.callees:
+            raise GrammarError("an Automaton must not call rules")
+        self.dfa = dfa
+        digest = hashlib.blake2b(dfa.trans.tobytes(), digest_size=16)
+        digest.update(dfa.accepting.tobytes())
+        self._key = digest.digest()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Automaton) and self._key == other._key
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __repr__(self) -> str:
+        return f"Automaton({self.dfa.num_states} states, {self._key.hex()[:12]})"
+
+
+Expr = Union[Literal, Regex, Ref, Seq, Alt, Repeat, Automaton]
 
 
 @dataclass(frozen=True)
@@ -137,8 +164,8 @@ def _hoist_terminals(grammar: Grammar) -> Grammar:
     hoisted: dict[str, Expr] = {}
 
     def hoist(expr: Expr) -> Expr:
-        if isinstance(expr, Regex):
-            name = f"regex {expr.pattern!r}"
+        if isinstance(expr, (Regex, Automaton)):
+            name = f"regex {expr.pattern!r}" if isinstance(expr, Regex) else f"automaton {expr._key.hex()}"
             hoisted[name] = expr
             return Ref(name)
         if isinstance(expr, Seq):
@@ -179,6 +206,8 @@ def _rule_dfa(body: Expr) -> tuple[ByteDFA, tuple[str, ...]]:
 
 
 def _build_rule_dfa(body: Expr) -> tuple[ByteDFA, tuple[str, ...]]:
+    if isinstance(body, Automaton):
+        return body.dfa, ()
     called: dict[str, int] = {}
     _collect_refs(body, called)
     nfa = ByteNFA()
@@ -215,7 +244,9 @@ def _build(nfa: ByteNFA, expr: Expr, src: int, dst: int, index: Mapping[str, int
             nfa.add_bytes(state, byte, byte, nxt)
             state = nxt
     elif isinstance(expr, Regex):
-        _add_terminal(nfa, expr.pattern, src, dst)
+        nfa.add_dfa(_terminal(expr.pattern), src, dst)
+    elif isinstance(expr, Automaton):
+        nfa.add_dfa(expr.dfa, src, dst)
     elif isinstance(expr, Ref):
         nfa.add_call(src, index[expr.rule], dst)
     elif isinstance(expr, Seq):
@@ -258,31 +289,13 @@ def _build(nfa: ByteNFA, expr: Expr, src: int, dst: int, index: Mapping[str, int
 
 
 @lru_cache(maxsize=4096)
-def _terminal(pattern: str) -> tuple[tuple[tuple[tuple[int, int, int], ...], ...], tuple[bool, ...]]:
-    """A regex terminal as its minimal DFA's edges, ``(first byte, last byte, target)`` per state (the last state
-    accepting) -- parsed and determinised once per process, then spliced wherever the pattern appears."""
+def _terminal(pattern: str) -> ByteDFA:
+    """A regex terminal's minimal DFA: parsed and determinised once per process, then spliced (copied) wherever
+    the pattern appears."""
     nfa = ByteNFA()
     start, accept = nfa.new_state(), nfa.new_state()
     add_regex(nfa, pattern, start, accept, anchors=False)
-    dfa = nfa.determinize(start, accept)
-    rows = []
-    for row in dfa.trans:
-        cuts = np.flatnonzero(np.diff(row)) + 1
-        starts = np.concatenate(([0], cuts))
-        ends = np.concatenate((cuts, [256])) - 1
-        rows.append(tuple((int(a), int(b), int(row[a])) for a, b in zip(starts, ends) if row[a] >= 0))
-    return tuple(rows), tuple(bool(a) for a in dfa.accepting)
-
-
-def _add_terminal(nfa: ByteNFA, pattern: str, src: int, dst: int) -> None:
-    rows, accepting = _terminal(pattern)
-    states = [nfa.new_state() for _ in rows]
-    nfa.add_epsilon(src, states[0])
-    for state, edges, final in zip(states, rows, accepting):
-        for lo, hi, target in edges:
-            nfa.add_bytes(state, lo, hi, states[target])
-        if final:
-            nfa.add_epsilon(state, dst)
+    return nfa.determinize(start, accept)
 
 
 def _reachable_accept(dfa: ByteDFA, usable_call: np.ndarray, byte_edges: bool) -> bool:
