@@ -104,7 +104,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from decimal import Decimal, localcontext
@@ -116,8 +116,11 @@ from urllib.parse import quote, unquote
 import numpy as np
 
 from ..errors import RegexError, StructureError
-from ..grammar import Alt, Expr, Grammar, Literal, Ref, Regex, Repeat, Seq
-from ..automaton import CompileTimeout, check_deadline, complement_ranges, deadline
+from ..automaton import (
+    DEAD, ByteDFA, ByteNFA, CompileTimeout, check_deadline, column_classes, complement_ranges, deadline,
+    hopcroft_blocks,
+)
+from ..grammar import Alt, Automaton, Expr, Grammar, Literal, Ref, Regex, Repeat, Seq
 from .regex import regex_to_dfa
 
 __all__ = ["JsonSchemaError", "schema_to_grammar", "compile_json_schema"]
@@ -130,10 +133,10 @@ MAX_MODULUS = 1_000
 MAX_PATTERN_PROPERTIES = 4
 #: Largest regex text written for one derived string/number language (characters).
 MAX_REGEX_CHARS = 60_000
-#: Deepest group nesting of a derived regex (the regex parser recurses per group).
-MAX_REGEX_DEPTH = 60
 #: Most automaton states of one derived string/number language.
 MAX_AUTOMATON_STATES = 4_000
+#: States of one byte automaton handed to the grammar (a string's pattern with its bounds, keys, number forms).
+MAX_BYTE_STATES = 8_000
 #: A pattern/format automaton times a length bound up to this many states is combined into one regex; larger
 #: combinations are cut into blocks (see ``length_blocks``).
 MAX_LENGTH_PRODUCT = 400
@@ -205,206 +208,12 @@ def _quoted(body_regex: str) -> str:
     return f'"(?:{body_regex})"'
 
 
-_ALL_ESCAPES = ['"', "\\", "b", "f", "n", "r", "t"] + [f"u{cp:04x}" for cp in range(0x20) if cp not in _SPECIAL_ESCAPES]
-
-
-def _char_except(tokens: Sequence[str]) -> str:
-    """Regex for one canonically encoded character other than the given encoded characters."""
-    plain = "".join(_cp_text(ord(t)) for t in tokens if len(t) == 1)
-    escapes = {t[1:] for t in tokens if len(t) > 1}
-    if not escapes:
-        esc = _ESCAPE
-    else:
-        rest = [e for e in _ALL_ESCAPES if e not in escapes]
-        esc = "\\\\(?:" + "|".join(re.escape(e) for e in rest) + ")"
-    return f'(?:[^"\\\\\\x00-\\x1f{plain}]|{esc})'
-
-
-def _quote_expr(body: Expr) -> Expr:
-    if isinstance(body, Regex):
-        return Regex(_quoted(body.pattern))
-    return Seq((Literal('"'), body, Literal('"')))
-
-
-def _top_level_alternatives(pattern: str) -> list[str] | None:
-    """The pattern split at its top-level ``|`` (None when it cannot be scanned)."""
-    out, depth, start, i, in_class = [], 0, 0, 0, False
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\":
-            i += 2
-            continue
-        if in_class:
-            in_class = c != "]"
-        elif c == "[":
-            in_class = True
-            if pattern[i + 1 : i + 2] == "^":
-                i += 1
-            if pattern[i + 1 : i + 2] == "]":
-                i += 1
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-        elif c == "|" and depth == 0:
-            out.append(pattern[start:i])
-            start = i + 1
-        i += 1
-    if depth or in_class:
-        return None
-    out.append(pattern[start:])
-    return out
-
-
-def _pattern_texts(pattern: str) -> list[str]:
-    """Candidate regexes over encoded string bodies for the search semantics of ``pattern`` (each top-level
-    alternative anchored by its own ``^``/``$`` or else free to appear anywhere), as written and with character
-    classes rewritten for escapes. Candidates only: the caller checks the language."""
-    alternatives = _top_level_alternatives(pattern) or [pattern]
-    out = []
-    for rewrite in (False, True):
-        pieces = []
-        for alt in alternatives:
-            start = alt.startswith("^")
-            end = alt.endswith("$") and (len(alt) - len(alt[:-1].rstrip("\\")) - 1) % 2 == 0
-            body = alt[1 if start else 0 : len(alt) - 1 if end else len(alt)]
-            if rewrite:
-                body = _encode_pattern_text(body)
-                if body is None:
-                    break
-            pieces.append(("" if start else f"{_CHAR}*") + f"(?:{body})" + ("" if end else f"{_CHAR}*"))
-        else:
-            out.append(pieces[0] if len(pieces) == 1 else "|".join(f"(?:{p})" for p in pieces))
-    return out
-
-
-def _escapes_text(specials: Sequence[int]) -> str:
-    """Regex for the canonical escape sequences of the given special code points."""
-    short = "".join(_SPECIAL_ESCAPES[cp][1] for cp in specials if cp in _SPECIAL_ESCAPES)
-    long_ = [f"{cp:02x}" for cp in specials if cp not in _SPECIAL_ESCAPES]
-    options = []
-    if short:
-        options.append(short if len(short) == 1 else "[" + short.replace("\\", "\\\\") + "]")
-    if long_:
-        options.append("u00(?:" + "|".join(long_) + ")")
-    inner = options[0] if len(options) == 1 else "(?:" + "|".join(options) + ")"
-    return "\\\\" + inner
-
-
-def _encode_pattern_text(pattern: str) -> str | None:
-    """The pattern rewritten to match encoded JSON string bodies: every character class (``.``, ``[...]``,
-    ``\\d``...) becomes its non-special characters or the escapes of the special ones it contains, every literal
-    special character its escape sequence. A best effort (None when the pattern uses flags, lookaround or
-    references): the caller keeps the result only if its language is exactly the encoded one."""
-    out: list[str] = []
-    i, n = 0, len(pattern)
-
-    def char_set(token: str) -> str | None:
-        try:
-            d = _CDFA.from_regex(token)
-        except RegexError:
-            return None
-        ranges = _merge_ranges([(lo, hi) for lo, hi, _ in d.edges[0]])
-        plain = _merge_ranges([r for lo, hi in ranges for r in _subtract_specials(lo, hi)])
-        options = [_class_text(plain)] if plain else []
-        specials = [cp for lo, hi in ranges for cp in range(lo, min(hi, 0x5C) + 1) if _is_special(cp)]
-        if specials:
-            options.append(_escapes_text(specials))
-        if not options:
-            return None
-        return options[0] if len(options) == 1 else "(?:" + "|".join(options) + ")"
-
-    def literal(ch: str) -> str:
-        if _is_special(ord(ch)):
-            return re.escape(_escape_of(ord(ch)))
-        return _cp_text(ord(ch))
-
-    while i < n:
-        c = pattern[i]
-        if c == "\\":
-            if i + 1 >= n:
-                return None
-            nxt = pattern[i + 1]
-            size = {"u": 6, "U": 10, "x": 4}.get(nxt, 2)
-            token = pattern[i : i + size]
-            if nxt in "dDwWsS":
-                piece = char_set(token)
-            elif nxt in "bBpPkN" or nxt.isdigit() and nxt != "0":
-                return None
-            elif nxt in "uUx":
-                try:
-                    piece = literal(chr(int(token[2:], 16)))
-                except ValueError:
-                    return None
-            else:
-                piece = literal({"n": "\n", "r": "\r", "t": "\t", "f": "\f", "v": "\v", "0": "\0"}.get(nxt, nxt))
-            if piece is None:
-                return None
-            out.append(piece)
-            i += size
-        elif c == "[":
-            j = i + 1
-            if j < n and pattern[j] == "^":
-                j += 1
-            if j < n and pattern[j] == "]":
-                j += 1
-            while j < n and pattern[j] != "]":
-                j += 2 if pattern[j] == "\\" else 1
-            if j >= n:
-                return None
-            piece = char_set(pattern[i : j + 1])
-            if piece is None:
-                return None
-            out.append(piece)
-            i = j + 1
-        elif c == ".":
-            piece = char_set(".")
-            if piece is None:
-                return None
-            out.append(piece)
-            i += 1
-        elif c == "(":
-            if pattern.startswith("(?", i):
-                if pattern.startswith("(?:", i):
-                    out.append("(?:")
-                    i += 3
-                elif pattern.startswith("(?P<", i) or (
-                    pattern.startswith("(?<", i) and pattern[i + 3 : i + 4] not in ("=", "!")
-                ):
-                    j = pattern.find(">", i)
-                    if j < 0:
-                        return None
-                    out.append("(")
-                    i = j + 1
-                else:
-                    return None  # flags, lookaround
-            else:
-                out.append("(")
-                i += 1
-        elif c == "{":
-            m = re.match(r"\{\d*(,\d*)?\}", pattern[i:])
-            if m and m.group(0) != "{}":
-                out.append(m.group(0))
-                i += len(m.group(0))
-            else:
-                out.append(literal(c))
-                i += 1
-        elif c in ")|*+?^$":
-            out.append(c)
-            i += 1
-        else:
-            out.append(literal(c))
-            i += 1
-    return "".join(out)
-
-
-@lru_cache(maxsize=32)
 def _format_cdfa(name: str) -> _CDFA:
     return _CDFA.from_regex(_FORMATS[name]).minimized()
 
 
-def _is_special(cp: int) -> bool:
-    return cp < 0x20 or cp == 0x22 or cp == 0x5C
+#: The code points a JSON string must escape, in order.
+_SPECIALS = [cp for cp in range(0x5D) if cp < 0x20 or cp in (0x22, 0x5C)]
 
 
 def _dumps(value: Any, indent_depth: int | None = None) -> str:
@@ -648,21 +457,6 @@ def _class_text(ranges: tuple[tuple[int, int], ...]) -> str:
     return f"[^{body}]" if negate else f"[{body}]"
 
 
-def _ast_depth(node: tuple) -> int:
-    """Nesting depth of a regex AST (iteratively: the tree may be deep)."""
-    best = 0
-    stack = [(node, 1)]
-    while stack:
-        x, d = stack.pop()
-        best = max(best, d)
-        kind = x[0]
-        if kind in (".", "|"):
-            stack.extend((y, d + 1) for y in x[2])
-        elif kind in ("?", "*", "{"):
-            stack.append((x[2], d + 1))
-    return best
-
-
 def _render(node: tuple) -> str:
     kind = node[0]
     if kind == "e":
@@ -889,9 +683,7 @@ class _CDFA:
                 # plain parts
                 for a, b in _subtract_specials(lo, hi):
                     out.append((a, b, t))
-                for cp in range(max(lo, 0), min(hi, 0x5C) + 1):
-                    if not _is_special(cp):
-                        continue
+                for cp in _SPECIALS[bisect_left(_SPECIALS, lo) : bisect_right(_SPECIALS, hi)]:
                     esc = _escape_of(cp)
                     node = tries.get(s)
                     if node is None:
@@ -919,11 +711,64 @@ class _CDFA:
     def to_ast(self, budget: int = MAX_REGEX_CHARS) -> tuple | None:
         return _eliminate(self, budget)
 
-    def to_regex(self, budget: int = MAX_REGEX_CHARS) -> str | None:
-        ast = self.to_ast(budget)
-        if ast is not None and _ast_depth(ast) > MAX_REGEX_DEPTH:
-            raise _TooLarge("nesting")
-        return None if ast is None else _render(ast)
+    def to_byte_dfa(self, quoted: bool = False) -> ByteDFA:
+        """The same language over UTF-8 bytes (between double quotes when ``quoted``), trimmed and minimised."""
+        nfa = ByteNFA()
+        states = [nfa.new_state() for _ in range(self.n)]
+        accept = nfa.new_state()
+        start = states[0]
+        if quoted:
+            start = nfa.new_state()
+            nfa.add_bytes(start, 0x22, 0x22, states[0])
+        for s, edges in enumerate(self.edges):
+            by_target: dict[int, list[tuple[int, int]]] = defaultdict(list)
+            for lo, hi, t in edges:
+                by_target[t].append((lo, hi))
+            for t, ranges in by_target.items():
+                nfa.add_code_points(states[s], _merge_ranges(ranges), states[t])
+            if self.accept[s]:
+                if quoted:
+                    nfa.add_bytes(states[s], 0x22, 0x22, accept)
+                else:
+                    nfa.add_epsilon(states[s], accept)
+        return nfa.determinize(start, accept)
+
+
+@lru_cache(maxsize=256)
+def _key_except_dfa(names: tuple[str, ...]) -> ByteDFA:
+    """JSON strings (quotes included) other than ``names``, built at the byte level: the trie of the names'
+    canonical encodings runs alongside the automaton of any JSON string, and leaving the trie continues in that
+    automaton. Linear in the names' length; shared per process, since the same objects recur across schemas."""
+    from ..grammar import _terminal
+
+    string = _terminal(_STRING)
+    children: list[dict[int, int]] = [{}]
+    ends = [False]
+    state_of = [0]  # the string automaton's state after each trie node's prefix
+    for name in names:
+        try:
+            data = json.dumps(name, ensure_ascii=False).encode()
+        except UnicodeEncodeError:  # a lone surrogate: no JSON text spells it, nothing to exclude
+            continue
+        node = 0
+        for byte in data:
+            nxt = children[node].get(byte)
+            if nxt is None:
+                nxt = len(children)
+                children[node][byte] = nxt
+                children.append({})
+                ends.append(False)
+                state_of.append(int(string.trans[state_of[node], byte]))
+            node = nxt
+        ends[node] = True
+    n = len(children)
+    outside = np.where(string.trans >= 0, string.trans + n, DEAD).astype(np.int32)
+    trans = np.concatenate([outside[state_of], outside])
+    for node, table in enumerate(children):
+        for byte, child in table.items():
+            trans[node, byte] = child
+    accepting = np.concatenate([string.accepting[state_of] & ~np.array(ends), string.accepting])
+    return ByteDFA(trans, accepting).trimmed().minimized()
 
 
 def _subtract_specials(lo: int, hi: int) -> list[tuple[int, int]]:
@@ -1098,18 +943,10 @@ def _minimize(d: _CDFA) -> _CDFA:
                 a = bisect_right(bounds, lo) - 1
                 b = bisect_right(bounds, hi + 1) - 1
                 table[pos[s], a:b] = pos[t]
-    block = np.array([1 if d.accept[s] else 0 for s in states], dtype=np.int64)
-    count = len(set(block.tolist()))
-    while True:
-        targets = np.where(table >= 0, block[np.maximum(table, 0)], -1)
-        sig = np.column_stack([block, targets])
-        _, new_block = np.unique(sig, axis=0, return_inverse=True)
-        new_block = new_block.reshape(-1)
-        new_count = int(new_block.max()) + 1
-        block = new_block
-        if new_count == count:
-            break
-        count = new_count
+    check_deadline()
+    table = table.astype(np.int32)
+    columns = np.ascontiguousarray(table[:, column_classes(table)[0]])  # identical columns refine alike
+    block = hopcroft_blocks(columns, np.array([d.accept[s] for s in states], dtype=np.bool_))
     # renumber blocks in BFS order from the start
     start_block = int(block[pos[0]])
     number = {start_block: 0}
@@ -3077,7 +2914,7 @@ class _Compiler:
             if d.n > MAX_AUTOMATON_STATES // 4:
                 raise _TooLarge("states")
             try:
-                return self.automaton_expr(d, budget=8_000)
+                return self.automaton_expr(d)
             except _TooLarge:
                 return self.digit_rules(d)
         except _TooLarge:
@@ -3121,7 +2958,7 @@ class _Compiler:
                             "no string of the allowed lengths satisfies the pattern/format", *length_at
                         )
                     try:
-                        return _quote_expr(self.automaton_expr(combined.encode_json().minimized()))
+                        return self.automaton_expr(combined.encode_json().minimized(), quoted=True)
                     except _TooLarge:
                         pass
                 if sh.max_len is not None:
@@ -3134,19 +2971,8 @@ class _Compiler:
                     "a length bound together with a pattern or format needs too large an automaton",
                     "the length bound ignored",
                 )  # fmt: skip
-        # A pattern's or format's own text is far smaller than a regex written back from the automaton: use one
-        # when it means exactly the combined encoded language (the other constraints are then redundant).
-        texts: list[str] = []
-        for pattern, _ in sh.patterns:
-            texts.extend(_pattern_texts(pattern))
-        texts.extend(_FORMATS_ENCODED[name] for name, _ in sh.formats)
-        for text in dict.fromkeys(texts):
-            if self.same_language(text, d):
-                return Regex(_quoted(text))
-        body = self.encoded(d, at, keyword)
-        if body is None:
-            return self.shared("json_string")
-        return _quote_expr(body)
+        key = self.encoded(d, at, keyword)
+        return self.shared("json_string") if key is None else key
 
     def length_blocks(self, d: _CDFA, lo: int, hi: int) -> Expr:
         """See :meth:`blocks_of`; tries shorter blocks while the block regexes are too large."""
@@ -3171,7 +2997,7 @@ class _Compiler:
         prefix = f"blocks{len(self.rules)}."
         while any(name.startswith(prefix) for name in self.rules):
             prefix += "x"
-        budget = [4 * MAX_REGEX_CHARS]
+        budget = [4 * MAX_BYTE_STATES]
 
         def regex_rule(name: str, lang: _CDFA) -> str | None:
             if name in self.rules:
@@ -3179,11 +3005,11 @@ class _Compiler:
             lang = lang.minimized()
             if lang.is_empty():
                 return None
-            rx = self.automaton_expr(lang.encode_json().minimized(), budget=12_000)
-            budget[0] -= len(rx.pattern)
+            automaton = self.automaton_expr(lang.encode_json().minimized())
+            budget[0] -= automaton.dfa.num_states
             if budget[0] < 0:
                 raise _TooLarge("blocks")
-            self.rules[name] = rx
+            self.rules[name] = automaton
             return name
 
         def block(p: int, q: int) -> str | None:
@@ -3219,26 +3045,6 @@ class _Compiler:
         if not rule(0, 0):
             raise _TooLarge("empty")
         return Seq((Literal('"'), Ref(f"{prefix}m0.0"), Literal('"')))
-
-    def same_language(self, text: str, decoded: _CDFA) -> bool:
-        """Whether the regex ``text`` (usable as a grammar terminal) matches exactly the canonical encodings of
-        the decoded language."""
-        from ..automaton import ByteNFA
-        from .regex import add_regex
-
-        try:
-            nfa = ByteNFA()
-            add_regex(nfa, text, nfa.new_state(), nfa.new_state(), anchors=False)
-            mine = _CDFA.from_regex(text).minimized()
-        except (RegexError, _TooLarge, StructureError):
-            return False
-        if mine.n > MAX_AUTOMATON_STATES:
-            return False
-        try:
-            enc = decoded.encode_json().minimized()
-            return mine.minus(enc).is_empty() and enc.minus(mine).is_empty()
-        except _TooLarge:
-            return False
 
     def search(self, pattern: str, ptr: str) -> _CDFA | None:
         """Strings in which ``pattern`` matches somewhere (ECMAScript ``pattern`` semantics)."""
@@ -3282,24 +3088,23 @@ class _Compiler:
         return d
 
     def encoded(self, d: _CDFA, ptr: str, keyword: str) -> Expr | None:
-        """The canonical JSON string bodies of the decoded language ``d`` (None when refused)."""
+        """The JSON strings (quotes included) whose canonical bodies decode to the language ``d`` (None when
+        refused)."""
         try:
-            enc = d.encode_json().minimized()
-            if enc.n > 1500:
-                raise _TooLarge("states")
-            return self.automaton_expr(enc)
+            return self.automaton_expr(d.encode_json().minimized(), quoted=True)
         except _TooLarge:
-            self.refuse(ptr, keyword, "the string constraints need too large a regex", "any string allowed")
+            self.refuse(ptr, keyword, "the string constraints need too large an automaton", "any string allowed")
             return None
 
-    def automaton_expr(self, d: _CDFA, budget: int = MAX_REGEX_CHARS) -> Regex:
-        """The language of ``d`` as one regex (raises _TooLarge past the budget)."""
-        ast = _eliminate(d, budget)
-        if ast is None:
+    def automaton_expr(self, d: _CDFA, quoted: bool = False, budget: int = MAX_BYTE_STATES) -> Automaton:
+        """The language of ``d`` as a grammar automaton (quoted: a JSON string); raises _TooLarge when empty or
+        past ``budget`` byte states."""
+        dfa = d.to_byte_dfa(quoted)
+        if dfa.is_empty:
             raise _TooLarge("empty")
-        if _ast_depth(ast) > MAX_REGEX_DEPTH:
-            raise _TooLarge("nesting")  # the regex parser recurses per group
-        return Regex(_render(ast))
+        if dfa.num_states > budget:
+            raise _TooLarge("states")
+        return Automaton(dfa)
 
     def digit_rules(self, d: _CDFA) -> Ref:
         """The language of ``d`` (a number automaton) as right-linear rules: one rule per state, one call per
@@ -3819,47 +3624,23 @@ class _Compiler:
                     continue
                 if d.is_empty():
                     continue
-                body = self.encoded(d, vparts[0] if vparts else "", "patternProperties" if order else "propertyNames")
-                if body is None:
+                quoted = self.encoded(d, vparts[0] if vparts else "", "patternProperties" if order else "propertyNames")
+                if quoted is None:
                     continue
-                key = _quote_expr(body)
+                key = quoted
             members.append(Seq((key, lay.colon, value)))
         if not members:
             return None
         return members[0] if len(members) == 1 else Alt(tuple(members))
 
     def key_except(self, names: list[str]) -> Ref:
-        """A JSON string other than the given names: a trie of their (canonically encoded) characters in which
-        leaving the trie anywhere continues with any characters. Built as grammar expressions, so its size stays
-        linear and no large regex is parsed. The rule calls no other rule, so its automaton returns only after
-        the closing quote and its string states share their masks with every other string (see
-        :class:`~constrain.pushdown.LexicalMasks`)."""
+        """A JSON string other than the given names (see :func:`_key_except_dfa`). A rule that calls no other rule,
+        so its automaton returns only after the closing quote and its string states share their masks with every
+        other string (see :class:`~constrain.pushdown.LexicalMasks`)."""
         rule = "json_key_except:" + json.dumps(sorted(names), ensure_ascii=False)
-        if rule in self.rules:
-            return Ref(rule)
-        trie: dict = {}
-        for n in names:
-            node = trie
-            for token in re.findall(r"\\u[0-9a-f]{4}|\\.|.", json.dumps(n, ensure_ascii=False)[1:-1], re.S):
-                node = node.setdefault(token, {})
-            node[None] = True
-
-        def build(node: dict) -> Expr:
-            options: list[Expr] = []
-            if None not in node:
-                options.append(Seq(()))
-            tokens = [t for t in node if t is not None]
-            options.append(self.leave_trie(tokens))
-            options.extend(Seq((Literal(t), build(node[t]))) for t in tokens)
-            return options[0] if len(options) == 1 else Alt(tuple(options))
-
-        self.rules[rule] = Seq((Literal('"'), build(trie), Literal('"')))
+        if rule not in self.rules:
+            self.rules[rule] = Automaton(_key_except_dfa(tuple(sorted(set(names)))))
         return Ref(rule)
-
-    @staticmethod
-    def leave_trie(tokens: list[str]) -> Expr:
-        """One encoded character other than ``tokens``, then any characters."""
-        return Regex(_char_except(tokens) + f"{_CHAR}*")
 
     def in_place(self, ptr: str) -> set[str]:
         """Pointers of the subschemas evaluated in place of ``ptr`` (whose annotations it sees)."""
@@ -4067,7 +3848,7 @@ def _int_below(v: Decimal, strict: bool) -> int:
 
 
 def _productive(expr: Expr, ok: set[str]) -> bool:
-    if isinstance(expr, (Literal, Regex)):
+    if isinstance(expr, (Literal, Regex, Automaton)):
         return True
     if isinstance(expr, Ref):
         return expr.rule in ok
@@ -4081,7 +3862,7 @@ def _productive(expr: Expr, ok: set[str]) -> bool:
 
 
 def _prune(expr: Expr, ok: set[str]) -> Expr | None:
-    if isinstance(expr, (Literal, Regex)):
+    if isinstance(expr, (Literal, Regex, Automaton)):
         return expr
     if isinstance(expr, Ref):
         return expr if expr.rule in ok else None
