@@ -121,6 +121,7 @@ from ..automaton import (
     hopcroft_blocks,
 )
 from ..grammar import Alt, Automaton, Expr, Grammar, Literal, Ref, Regex, Repeat, Seq
+from .metaschema import certainly_valid
 from .regex import regex_to_dfa
 
 __all__ = ["JsonSchemaError", "schema_to_grammar", "compile_json_schema"]
@@ -1533,12 +1534,18 @@ class _Document:
         cls = validators.validator_for(schema, default=validators.Draft202012Validator)
         explicit = isinstance(schema, Mapping) and "$schema" in schema
         # check_schema without format assertions: patterns are ECMAScript regexes, which Python's re (what the
-        # "regex" format checker uses) does not always parse; the regex compiler here judges them instead.
-        error = jsonschema.exceptions.best_match(cls(cls.META_SCHEMA).iter_errors(schema))
+        # "regex" format checker uses) does not always parse; the regex compiler here judges them instead. The
+        # fast walk answers for most schemas; when it is not sure, jsonschema decides and words the error.
+        error = None
+        if not certainly_valid(schema, cls.__name__.replace("Validator", "")):
+            error = jsonschema.exceptions.best_match(cls(cls.META_SCHEMA).iter_errors(schema))
         if error is not None and not explicit:
             # No $schema: a draft-07 document (items as a list...) is read as draft-07.
             draft7 = validators.Draft7Validator
-            if jsonschema.exceptions.best_match(draft7(draft7.META_SCHEMA).iter_errors(schema)) is None:
+            if (
+                certainly_valid(schema, "Draft7")
+                or jsonschema.exceptions.best_match(draft7(draft7.META_SCHEMA).iter_errors(schema)) is None
+            ):
                 cls, error = draft7, None
         if error is not None:
             path = list(error.absolute_path)
