@@ -298,24 +298,6 @@ def _terminal(pattern: str) -> ByteDFA:
     return nfa.determinize(start, accept)
 
 
-def _reachable_accept(dfa: ByteDFA, usable_call: np.ndarray, byte_edges: bool) -> bool:
-    """Whether acceptance is reachable from the start using call edges whose column is usable (and byte edges
-    when ``byte_edges``)."""
-    seen = {0}
-    stack = [0]
-    while stack:
-        s = stack.pop()
-        if dfa.accepting[s]:
-            return True
-        nexts = set(dfa.calls[s, usable_call].tolist())
-        if byte_edges:
-            nexts |= set(dfa.trans[s].tolist())
-        for t in nexts - {-1} - seen:
-            seen.add(t)
-            stack.append(t)
-    return False
-
-
 def _check_productive(pushdown: Pushdown) -> None:
     productive = np.zeros(len(pushdown.rules), dtype=bool)
     changed = True
@@ -323,7 +305,7 @@ def _check_productive(pushdown: Pushdown) -> None:
         changed = False
         for i, dfa in enumerate(pushdown.rules):
             usable = productive[list(dfa.callees)] if dfa.callees else np.zeros(0, dtype=bool)
-            if not productive[i] and _reachable_accept(dfa, usable, byte_edges=True):
+            if not productive[i] and dfa.reaches_acceptance(usable, byte_edges=True):
                 productive[i] = changed = True
     if not productive.all():
         names = [pushdown.names[i] for i in np.flatnonzero(~productive)]
@@ -338,7 +320,7 @@ def _check_left_recursion(pushdown: Pushdown) -> None:
         changed = False
         for i, dfa in enumerate(rules):
             usable = nullable[list(dfa.callees)] if dfa.callees else np.zeros(0, dtype=bool)
-            if not nullable[i] and _reachable_accept(dfa, usable, byte_edges=False):
+            if not nullable[i] and dfa.reaches_acceptance(usable, byte_edges=False):
                 nullable[i] = changed = True
     # Rules callable before any byte is read, from each rule's start.
     first_calls: list[set[int]] = []

@@ -359,8 +359,6 @@ class PushdownMasks(MaskCache):
     def __init__(self, machine: Machine, vocab: Vocabulary, *, cache_bytes: int = DEFAULT_CACHE_BYTES):
         super().__init__(vocab, cache_bytes=cache_bytes // 2)
         self.machine = machine
-        trie = vocab.trie
-        self._depth_of = trie.node_key >> 8
         self._local = BoundedCache(cache_bytes // 2)  # state -> (words, pop ranges)
         self._lexical = LexicalMasks.of(vocab)
         self._hashes = np.zeros(machine.trans.shape[0], dtype=np.uint64)
@@ -397,7 +395,7 @@ class PushdownMasks(MaskCache):
         words = np.zeros(self.width, dtype=np.uint32)
         pops = self.machine.walk(((state,),), self.vocab.trie, words, record_pops=True, closed=True)
         trie = self.vocab.trie
-        ranges = np.stack([pops + 1, trie.node_next[pops], self._depth_of[pops]], axis=1).astype(np.int64)
+        ranges = np.stack([pops + 1, trie.node_next[pops], trie.node_depth[pops]], axis=1).astype(np.int64)
         words.flags.writeable = False
         ranges.flags.writeable = False
         return words, ranges

@@ -769,7 +769,7 @@ def _key_except_dfa(names: tuple[str, ...]) -> ByteDFA:
         for byte, child in table.items():
             trans[node, byte] = child
     accepting = np.concatenate([string.accepting[state_of] & ~np.array(ends), string.accepting])
-    return ByteDFA(trans, accepting).trimmed().minimized()
+    return ByteDFA(trans, accepting).reduced()
 
 
 def _subtract_specials(lo: int, hi: int) -> list[tuple[int, int]]:
