@@ -564,6 +564,20 @@ class ByteDFA:
             np.ascontiguousarray(table[:, :256]), accepting, np.ascontiguousarray(table[:, 256:]), self.callees
         )
 
+    @cached_property
+    def _language_hashes(self) -> dict[int, np.ndarray]:
+        return {}
+
+    def language_hashes(self, depth: int) -> np.ndarray:
+        """:func:`bounded_language_hashes` of this call-free DFA's states, computed once per depth: rule DFAs are
+        shared across structures, so a lexical rule is hashed once per process."""
+        hashes = self._language_hashes.get(depth)
+        if hashes is None:
+            hashes = bounded_language_hashes(self.trans, self.accepting, depth)
+            hashes.flags.writeable = False
+            self._language_hashes[depth] = hashes
+        return hashes
+
     def reaches_acceptance(self, usable_calls: np.ndarray, byte_edges: bool = True) -> bool:
         """Whether acceptance is reachable from the start through the call columns marked in ``usable_calls``
         (bool, one per callee) and, when ``byte_edges``, through byte edges."""

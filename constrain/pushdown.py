@@ -22,7 +22,6 @@ import threading
 import numpy as np
 from numba import njit
 
-from .automaton import bounded_language_hashes
 from .cache import BoundedCache, cache_dir
 from .errors import StructureError
 from .grammar import Grammar, Pushdown, build_pushdown
@@ -356,8 +355,11 @@ class PushdownMasks(MaskCache):
     walked for the actual caller, and only below those recorded nodes.
     """
 
-    def __init__(self, machine: Machine, vocab: Vocabulary, *, cache_bytes: int = DEFAULT_CACHE_BYTES):
+    def __init__(
+        self, pushdown: Pushdown, machine: Machine, vocab: Vocabulary, *, cache_bytes: int = DEFAULT_CACHE_BYTES
+    ):
         super().__init__(vocab, cache_bytes=cache_bytes // 2)
+        self.rules = pushdown.rules
         self.machine = machine
         self._local = BoundedCache(cache_bytes // 2)  # state -> (words, pop ranges)
         self._lexical = LexicalMasks.of(vocab)
@@ -367,12 +369,7 @@ class PushdownMasks(MaskCache):
     def _rule_hashes(self, rule: int) -> np.ndarray:
         """The global hash array, with the bounded-language hashes of ``rule``'s states filled in."""
         if not self._hashed[rule]:
-            states = self.machine.rule_states(rule)
-            local = self.machine.trans[states] - states.start
-            local[self.machine.trans[states] < 0] = -1
-            self._hashes[states] = bounded_language_hashes(
-                local, self.machine.accepting[states], self._lexical.depth
-            )
+            self._hashes[self.machine.rule_states(rule)] = self.rules[rule].language_hashes(self._lexical.depth)
             self._hashed[rule] = True
         return self._hashes
 
@@ -421,7 +418,7 @@ class GrammarStructure(CompiledStructure):
         self.pushdown = pushdown
         self.machine = Machine.from_pushdown(pushdown)
         self.start = self.machine.start
-        self.masks = PushdownMasks(self.machine, vocab, cache_bytes=cache_bytes)
+        self.masks = PushdownMasks(pushdown, self.machine, vocab, cache_bytes=cache_bytes)
 
     def read(self, state: Configs, token: int) -> Configs | None:
         return self.machine.read(state, self.vocab.token_bytes(token)) or None

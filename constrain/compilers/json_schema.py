@@ -149,9 +149,11 @@ DEFAULT_TIME_LIMIT = 5.0
 MAX_UNIQUE_ENUM = 8
 #: Largest finite enum of multiples listed value by value.
 MAX_ENUMERATED_MULTIPLES = 512
-#: ``maxLength`` above this is written as blocks of fixed-length rules rather than one counted regex.
+#: ``maxLength`` above this is written as blocks of fixed-length rules rather than one counted automaton. Long
+#: blocks keep the states where a token can cross into the next block (the last ~48 characters, the longest
+#: token) a small share of the string: those masks depend on the caller and are walked, not shared.
 LENGTH_BLOCK_THRESHOLD = 256
-LENGTH_BLOCK = 32
+LENGTH_BLOCK = 256
 
 
 class JsonSchemaError(StructureError):
@@ -1890,7 +1892,8 @@ class _Compiler:
                 "ws": lambda: Regex(f"[ \\t\\n\\r]{{0,{self.max_ws}}}"),
             }
             if name.startswith("json_chars_"):
-                self.rules[name] = Regex(f"{_CHAR}{{{int(name.rsplit('_', 1)[1])}}}")
+                size = int(name.rsplit("_", 1)[1])
+                self.rules[name] = Repeat(Regex(_CHAR), size, size)
             else:
                 self.rules[name] = bodies[name]()
         return Ref(name)
@@ -3136,8 +3139,10 @@ class _Compiler:
         quote_ = Literal('"')
         top = hi if hi is not None else lo
         if top <= LENGTH_BLOCK_THRESHOLD:
-            count = f"{{{lo},}}" if hi is None else f"{{{lo},{hi}}}"
-            return Regex(f'"{_CHAR}{count}"')
+            name = f"json_string_{lo}_{'' if hi is None else hi}"
+            if name not in self.rules:
+                self.rules[name] = Seq((quote_, Repeat(Regex(_CHAR), lo, hi), quote_))
+            return Ref(name)
         # Blocks of characters and the tail with the closing quote are rules of their own that call nothing: the
         # wide states of a long string are then lexical, and their walks are shared (see LexicalMasks).
         b = LENGTH_BLOCK
@@ -3161,7 +3166,7 @@ class _Compiler:
         """A shared rule: between ``lo`` and ``hi`` characters, then the closing quote."""
         name = f"json_tail_{lo}_{'' if hi is None else hi}"
         if name not in self.rules:
-            self.rules[name] = Regex(f'{_CHAR}{{{lo},{"" if hi is None else hi}}}"')
+            self.rules[name] = Seq((Repeat(Regex(_CHAR), lo, hi), Literal('"')))
         return Ref(name)
 
     # -- arrays ----------------------------------------------------------------------------------------------
