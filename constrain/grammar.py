@@ -51,23 +51,44 @@ class Ref:
     rule: str
 
 
-@dataclass(frozen=True)
-class Seq:
+class _CachedHash:
+    """Composite expressions are deep trees used as cache keys (rule DFAs by body, shared suffixes): their hash
+    is computed once, not walked again on every lookup."""
+
+    def __hash__(self) -> int:
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((type(self).__name__, *(getattr(self, f) for f in self.__dataclass_fields__)))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}  # str hashes differ between processes
+
+
+@dataclass(frozen=True, eq=True)
+class Seq(_CachedHash):
     items: tuple[Expr, ...]
 
+    __hash__ = _CachedHash.__hash__
 
-@dataclass(frozen=True)
-class Alt:
+
+@dataclass(frozen=True, eq=True)
+class Alt(_CachedHash):
     items: tuple[Expr, ...]
 
+    __hash__ = _CachedHash.__hash__
 
-@dataclass(frozen=True)
-class Repeat:
+
+@dataclass(frozen=True, eq=True)
+class Repeat(_CachedHash):
     """``item`` between ``min`` and ``max`` times (``max=None``: unbounded)."""
 
     item: Expr
     min: int = 0
     max: int | None = None
+
+    __hash__ = _CachedHash.__hash__
 
 
 class Automaton:
@@ -164,16 +185,18 @@ def _hoist_terminals(grammar: Grammar) -> Grammar:
     hoisted: dict[str, Expr] = {}
 
     def hoist(expr: Expr) -> Expr:
+        """``expr`` with its terminals replaced by calls; the same object when it has none (its cached hash
+        and the rule DFA cache keep working)."""
         if isinstance(expr, (Regex, Automaton)):
             name = f"regex {expr.pattern!r}" if isinstance(expr, Regex) else f"automaton {expr._key.hex()}"
             hoisted[name] = expr
             return Ref(name)
-        if isinstance(expr, Seq):
-            return Seq(tuple(hoist(item) for item in expr.items))
-        if isinstance(expr, Alt):
-            return Alt(tuple(hoist(item) for item in expr.items))
+        if isinstance(expr, (Seq, Alt)):
+            items = tuple(hoist(item) for item in expr.items)
+            return expr if all(a is b for a, b in zip(items, expr.items)) else type(expr)(items)
         if isinstance(expr, Repeat):
-            return Repeat(hoist(expr.item), expr.min, expr.max)
+            item = hoist(expr.item)
+            return expr if item is expr.item else Repeat(item, expr.min, expr.max)
         return expr
 
     for name, body in grammar.rules.items():
@@ -212,7 +235,7 @@ def _build_rule_dfa(body: Expr) -> tuple[ByteDFA, tuple[str, ...]]:
     _collect_refs(body, called)
     nfa = ByteNFA()
     start, accept = nfa.new_state(), nfa.new_state()
-    _build(nfa, body, start, accept, called)
+    _build(nfa, body, start, accept, called, {})
     dfa = nfa.determinize(start, accept)
     for array in (dfa.trans, dfa.accepting, dfa.calls):
         array.flags.writeable = False
@@ -231,8 +254,13 @@ def _collect_refs(expr: Expr, out: dict[str, int]) -> dict[str, int]:
     return out
 
 
-def _build(nfa: ByteNFA, expr: Expr, src: int, dst: int, index: Mapping[str, int]) -> None:
-    """Thompson construction of one rule body; errors are completed with the rule's name by the caller."""
+def _build(nfa: ByteNFA, expr: Expr, src: int, dst: int, index: Mapping[str, int], suffixes: dict) -> None:
+    """Thompson construction of one rule body; errors are completed with the rule's name by the caller.
+
+    ``suffixes`` maps (the remaining items of a sequence, its target state) to the state where they were built:
+    a sequence ending in items already built toward the same target joins them instead of copying them. This
+    keeps "any ordered subset of these members" (a JSON object's optional properties, each option continuing
+    with the rest) linear in size, and so its subset construction."""
     if isinstance(expr, Literal):
         data = expr.value.encode() if isinstance(expr.value, str) else bytes(expr.value)
         if not data:
@@ -250,38 +278,52 @@ def _build(nfa: ByteNFA, expr: Expr, src: int, dst: int, index: Mapping[str, int
     elif isinstance(expr, Ref):
         nfa.add_call(src, index[expr.rule], dst)
     elif isinstance(expr, Seq):
-        if not expr.items:
+        items = expr.items
+        if not items:
             nfa.add_epsilon(src, dst)
+        end, entry = len(items), dst
+        if len(items) >= 3:
+            for j in range(1, len(items)):
+                found = suffixes.get((items[j:], dst))
+                if found is not None:
+                    end, entry = j, found
+                    break
         state = src
-        for i, item in enumerate(expr.items):
-            nxt = dst if i == len(expr.items) - 1 else nfa.new_state()
-            _build(nfa, item, state, nxt, index)
+        for i in range(end):
+            if i == end - 1:
+                nxt = entry
+            else:
+                # a state only the rest of this sequence leaves: where a later sequence with that rest may join
+                nxt = nfa.new_state()
+                if len(items) >= 3:
+                    suffixes[(items[i + 1 :], dst)] = nxt
+            _build(nfa, items[i], state, nxt, index, suffixes)
             state = nxt
     elif isinstance(expr, Alt):
         if not expr.items:
             raise GrammarError("has an alternative with no options")
         for item in expr.items:
-            _build(nfa, item, src, dst, index)
+            _build(nfa, item, src, dst, index, suffixes)
     elif isinstance(expr, Repeat):
         if expr.min < 0 or (expr.max is not None and expr.max < expr.min):
             raise GrammarError(f"repeats between {expr.min} and {expr.max} times")
         state = src
         for _ in range(expr.min):
             nxt = nfa.new_state()
-            _build(nfa, expr.item, state, nxt, index)
+            _build(nfa, expr.item, state, nxt, index, suffixes)
             state = nxt
         if expr.max is None:
             loop = nfa.new_state()
             nfa.add_epsilon(state, loop)
             back = nfa.new_state()
-            _build(nfa, expr.item, loop, back, index)
+            _build(nfa, expr.item, loop, back, index, suffixes)
             nfa.add_epsilon(back, loop)
             nfa.add_epsilon(loop, dst)
             return
         for _ in range(expr.max - expr.min):
             nfa.add_epsilon(state, dst)
             nxt = nfa.new_state()
-            _build(nfa, expr.item, state, nxt, index)
+            _build(nfa, expr.item, state, nxt, index, suffixes)
             state = nxt
         nfa.add_epsilon(state, dst)
     else:

@@ -3885,17 +3885,19 @@ def _prune(expr: Expr, ok: set[str]) -> Expr | None:
             if y is None:
                 return None
             items.append(y)
-        return Seq(tuple(items))
+        return expr if all(a is b for a, b in zip(items, expr.items)) else Seq(tuple(items))
     if isinstance(expr, Alt):
         items = [y for y in (_prune(x, ok) for x in expr.items) if y is not None]
         if not items:
             return None
+        if len(items) == len(expr.items) and all(a is b for a, b in zip(items, expr.items)):
+            return expr  # unchanged: the same object keeps its cached hash
         return items[0] if len(items) == 1 else Alt(tuple(items))
     if isinstance(expr, Repeat):
         y = _prune(expr.item, ok)
         if y is None:
             return Seq(()) if expr.min == 0 else None
-        return Repeat(y, expr.min, expr.max)
+        return expr if y is expr.item else Repeat(y, expr.min, expr.max)
     return None
 
 
@@ -3970,7 +3972,8 @@ def _finalize(rules: dict[str, Expr], start: str) -> tuple[dict[str, Expr], str]
 
     final_alias = {name: target(name) for name in alias}
     start = final_alias.get(start, start)
-    rules = {name: _rename(body, final_alias) for name, body in rules.items() if name not in final_alias}
+    if final_alias:
+        rules = {name: _rename(body, final_alias) for name, body in rules.items() if name not in final_alias}
     # reachability
     keep = {start}
     work = [start]
