@@ -341,6 +341,35 @@ def test_draft07_spellings_without_a_declared_dialect():
             assert accepts(m, dumps(value)) == draft7(schema).is_valid(value), (schema, value)
 
 
+def test_draft04_ids_resolve_where_referencing_expects_string_ids():
+    """referencing reads a draft-04 ``id`` as the string of a JSON object. A JSON pointer walked through ``items``
+    asked for the ``id`` of a ``properties`` object, here a property's schema (the enum, checked by jsonschema
+    through that pointer, was refused as "cannot evaluate"); an embedded draft-04 subschema's boolean subschema
+    crashed the crawl with a TypeError (MaskBench JsonSchemaStore---config.json)."""
+    draft4, draft7 = "http://json-schema.org/draft-04/schema#", "http://json-schema.org/draft-07/schema#"
+    check(
+        {
+            "$schema": draft4,
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"id": {"type": "string"}, "kind": {"enum": ["a", "bb", 3], "minLength": 2}},
+            },
+        },
+        [[{"id": "x", "kind": "bb"}], [{"kind": "a"}], [{"kind": 3}], [{"id": 1}]],
+    )
+    check(
+        {
+            "$schema": draft7,
+            "type": "object",
+            "properties": {
+                "a": {"$schema": draft4, "type": "object", "properties": {"b": True}, "additionalProperties": False}
+            },
+        },
+        [{"a": {"b": 1}}, {"a": {"c": 1}}, {"a": 1}],
+    )
+
+
 def test_property_order_is_the_schema_order_and_extra_keys_follow():
     m = machine({"type": "object", "properties": {"b": {}, "a": {}}, "required": ["a"]})
     assert accepts(m, '{"b":1,"a":2}') and accepts(m, '{"a":2,"zz":[]}') and accepts(m, '{"b":1,"a":2,"c":3,"d":4}')
