@@ -117,7 +117,7 @@ import numpy as np
 
 from ..errors import RegexError, StructureError
 from ..grammar import Alt, Expr, Grammar, Literal, Ref, Regex, Repeat, Seq
-from ..automaton import CompileTimeout, check_deadline, complement_ranges, deadline
+from ..automaton import AutomatonTooLarge, CompileTimeout, check_deadline, complement_ranges, deadline
 from .regex import regex_to_dfa
 
 __all__ = ["JsonSchemaError", "schema_to_grammar", "compile_json_schema"]
@@ -170,6 +170,10 @@ class _Unsatisfiable(JsonSchemaError):
 
 class _OutOfTime(Exception):
     """The schema's time limit ran out (at the JSON pointer given); no handler relaxes this."""
+
+
+#: What the time limit raises; a handler that turns errors into refusals or fallbacks lets these through first.
+_TIME_LIMIT = (_OutOfTime, CompileTimeout)
 
 
 def _check_time(ptr: str = "") -> None:
@@ -1966,6 +1970,7 @@ class _Document:
     def is_valid(self, parts: Sequence[_Part], value: Any) -> bool:
         validator = self.validator()
         for part in parts:
+            _check_time(part.ptr)  # jsonschema's own time is unbounded: a large enum against a large schema
             schema = self.validation_schema(part)
             if not validator.evolve(schema=schema).is_valid(value):
                 return False
@@ -2480,6 +2485,8 @@ class _Compiler:
             else:
                 try:
                     ok = self.doc.is_valid(parts, value)
+                except _TIME_LIMIT:
+                    raise
                 except Exception as exc:  # an unresolvable reference met by jsonschema, a bad regex...
                     raise JsonSchemaError(
                         f"cannot evaluate the enum values against the schema: {exc}", _clean_pointer(at), kw
@@ -3303,7 +3310,7 @@ class _Compiler:
             nfa = ByteNFA()
             add_regex(nfa, text, nfa.new_state(), nfa.new_state(), anchors=False)
             mine = _CDFA.from_regex(text).minimized()
-        except (RegexError, _TooLarge, StructureError):
+        except (RegexError, _TooLarge, AutomatonTooLarge):  # not CompileTimeout, a StructureError too
             return False
         if mine.n > MAX_AUTOMATON_STATES:
             return False
@@ -3793,6 +3800,8 @@ class _Compiler:
             return True
         try:
             return self.doc.is_valid(sh.prop_names, key)
+        except _TIME_LIMIT:
+            raise
         except Exception as exc:
             raise JsonSchemaError(
                 f"cannot evaluate propertyNames: {exc}", _clean_pointer(sh.prop_names[0].ptr), "propertyNames"
@@ -4340,7 +4349,7 @@ def schema_to_grammar(
         with deadline(None if time_limit is None else time.process_time() + time_limit):
             compiler = _Compiler(schema, strict, whitespace, additional_properties_default, max_whitespace)
             grammar = compiler.compile()
-    except (_OutOfTime, CompileTimeout) as exc:
+    except _TIME_LIMIT as exc:
         where = str(exc) if isinstance(exc, _OutOfTime) else getattr(compiler, "last_pointer", "")
         raise JsonSchemaError(
             f"compiling this schema takes longer than time_limit={time_limit:g} s (None lifts the limit)",
