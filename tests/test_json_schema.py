@@ -1025,6 +1025,58 @@ def test_gemma_random_walks_under_the_mask_produce_valid_json(gemma_vocab):
     assert finished >= 1
 
 
+#: MaskBench Github_medium---o39217 reduced: a recursive $ref under four dependencies, whose triggers come late in
+#: the key order. Each of the 16 present/absent combinations was a rule of its own, all followed in parallel to
+#: the end of the object, and every nested value multiplied them again: an AmbiguityError two levels down.
+RECURSIVE_DEPENDENCIES = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "properties": {
+        "items": {"$ref": "#"},
+        "properties": {"type": "object", "additionalProperties": {"$ref": "#"}},
+        "propertyNames": {"$ref": "#"},
+    },
+    "dependencies": {
+        "minimum": ["maximum"],
+        "patternProperties": {
+            "required": ["propertyNames"],
+            "properties": {"propertyNames": {"required": ["maxLength"]}},
+        },
+        "pattern": {"required": ["maxLength"]},
+        "format": {"required": ["maxLength"]},
+    },
+}
+
+
+def _nested(leaf, depth: int) -> dict:
+    for _ in range(depth):
+        leaf = {"properties": {"a": leaf}}
+    return leaf
+
+
+def test_recursive_dependencies_are_followed_at_any_depth(gemma_vocab, gemma_tokenizer):
+    check(
+        RECURSIVE_DEPENDENCIES,
+        [
+            _nested({"pattern": "x", "maxLength": 3}, 5),
+            _nested({"pattern": "x"}, 5),
+            _nested(False, 6),
+            _nested({"items": {"minimum": 1, "maximum": 2}}, 4),
+            _nested({"items": {"minimum": 1}}, 4),
+            {"propertyNames": {"maxLength": 2}, "patternProperties": {}},
+            {"propertyNames": {"format": "date"}, "patternProperties": {}},
+        ],
+    )
+    structure = compile_json_schema(RECURSIVE_DEPENDENCIES, gemma_vocab)
+    leaf = {"items": {"propertyNames": {"maxLength": 9}, "patternProperties": {}}, "format": "x", "maxLength": 1}
+    text = dumps(_nested(leaf, 6))
+    matcher = structure.matcher()
+    for token in gemma_tokenizer.encode(text, add_special_tokens=False):
+        mask = matcher.mask()
+        assert (mask[token >> 5] >> (token & 31)) & 1, (text, token)
+        matcher.advance(token)
+    assert matcher.is_accepting()
+
+
 def test_refused_suite_groups_are_the_listed_ones():
     """docs/json-schema-test-suite.md lists the suite's groups that are refused; a group that starts compiling or
     a compiled group that starts being refused must show there (regenerate: benchmarks/jsts_report.py)."""

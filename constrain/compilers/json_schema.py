@@ -2570,7 +2570,16 @@ class _Compiler:
             raise self.unsatisfiable(
                 f"no branch of {kw!r} can be satisfied together with the rest of the schema", at, kw
             )
-        return options[0] if len(options) == 1 else Alt(tuple(options))
+        if len(options) == 1:
+            return options[0]
+        # The options' bodies, not calls to their rules: one DFA then follows every option. Called rules would each
+        # be a configuration of their own until the text tells them apart (for an object, maybe only at its last
+        # key), and every value nested inside would multiply those by its own options' count, level after level.
+        # A rule still being built (a recursion) stays a call.
+        inlined: list[Expr] = []
+        for ref in options:
+            inlined.extend(_options(self.rules.get(ref.rule, ref)))
+        return Alt(tuple(dict.fromkeys(inlined)))
 
     def alternatives(self, part: _Part, kw: str, node: Mapping, parts: tuple[_Part, ...]) -> list[tuple[_Part, ...]]:
         ptr = part.ptr
@@ -4215,7 +4224,21 @@ def _options(expr: Expr) -> list[Expr]:
     return list(expr.items) if isinstance(expr, Alt) else [expr]
 
 
+def _reachable(rules: dict[str, Expr], start: str) -> dict[str, Expr]:
+    """The rules ``start`` calls, directly or not (and itself), in their order; calls to undefined rules (a
+    recursion found unsatisfiable) are left to pruning."""
+    keep = {start}
+    work = [start]
+    while work:
+        for r in _refs(rules[work.pop()], set()):
+            if r not in keep and r in rules:
+                keep.add(r)
+                work.append(r)
+    return {name: rules[name] for name in rules if name in keep}
+
+
 def _finalize(rules: dict[str, Expr], start: str) -> tuple[dict[str, Expr], str]:
+    rules = _reachable(rules, start)  # first: branches inline their options' bodies, often leaving those unused
     ok: set[str] = set()
     changed = True
     while changed:
@@ -4260,15 +4283,7 @@ def _finalize(rules: dict[str, Expr], start: str) -> tuple[dict[str, Expr], str]
     final_alias = {name: target(name) for name in alias}
     start = final_alias.get(start, start)
     rules = {name: _rename(body, final_alias) for name, body in rules.items() if name not in final_alias}
-    # reachability
-    keep = {start}
-    work = [start]
-    while work:
-        for r in _refs(rules[work.pop()], set()):
-            if r not in keep:
-                keep.add(r)
-                work.append(r)
-    return {name: rules[name] for name in rules if name in keep}, start
+    return _reachable(rules, start), start
 
 
 def _sccs(graph: Mapping[str, set[str]]) -> list[set[str]]:
