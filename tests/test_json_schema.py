@@ -345,7 +345,8 @@ def test_draft04_ids_resolve_where_referencing_expects_string_ids():
     """referencing reads a draft-04 ``id`` as the string of a JSON object. A JSON pointer walked through ``items``
     asked for the ``id`` of a ``properties`` object, here a property's schema (the enum, checked by jsonschema
     through that pointer, was refused as "cannot evaluate"); an embedded draft-04 subschema's boolean subschema
-    crashed the crawl with a TypeError (MaskBench JsonSchemaStore---config.json)."""
+    crashed the crawl with a TypeError (MaskBench JsonSchemaStore---config.json), and so did a property
+    dependency (a list) after a schema dependency, which the crawl took for a subschema too."""
     draft4, draft7 = "http://json-schema.org/draft-04/schema#", "http://json-schema.org/draft-07/schema#"
     check(
         {
@@ -367,6 +368,10 @@ def test_draft04_ids_resolve_where_referencing_expects_string_ids():
             },
         },
         [{"a": {"b": 1}}, {"a": {"c": 1}}, {"a": 1}],
+    )
+    check(
+        {"$schema": draft7, "properties": {"a": {}, "b": {}}, "dependencies": {"a": {"required": ["b"]}, "c": ["d"]}},
+        [{"a": 1, "b": 2}, {"a": 1}, {"c": 1}, {"c": 1, "d": 2}, {"b": 1}],
     )
 
 
