@@ -1697,14 +1697,15 @@ _NAMING_KEYWORDS = {
 def _total_specification(spec: Any, embedded: list[tuple[Mapping, str]]) -> Any:
     """``spec`` (a ``referencing`` JSON Schema specification) made total over the schemas met here.
 
-    referencing 0.37 reads ``id``/``$id`` and anchors as strings of a JSON object, and two of its walks break
-    that: resolving a JSON pointer through ``items`` or ``dependencies`` asks for the id of every object further
-    down the path, such as a ``properties`` object whose ``id`` entry is a property's schema (an AttributeError on
-    ``dict.startswith``), and crawling an embedded draft-04 subschema (its own ``$schema`` in a draft-07
-    document) meets its boolean subschemas (a TypeError). Here only a string names a resource or an anchor,
-    booleans (which name nothing) are not crawled, and a subschema with its own ``$schema`` is appended to
-    ``embedded`` (with this specification's name) instead: referencing would crawl it with its own, partial
-    specification for that dialect.
+    referencing 0.37 reads ``id``/``$id`` and anchors as strings of a JSON object, and its walks break that:
+    resolving a JSON pointer through ``items`` or ``dependencies`` asks for the id of every object further down
+    the path, such as a ``properties`` object whose ``id`` entry is a property's schema (an AttributeError on
+    ``dict.startswith``); crawling an embedded draft-04 subschema (its own ``$schema`` in a draft-07 document)
+    meets its boolean subschemas (a TypeError); and the draft-04 to 07 crawl takes every ``dependencies`` value
+    after a schema for a subschema, lists of property names too. Here only a string names a resource or an
+    anchor, only objects are crawled (booleans and lists name nothing), and a subschema with its own ``$schema``
+    is appended to ``embedded`` (with this specification's name) instead: referencing would crawl it with its
+    own, partial specification for that dialect.
     """
     import referencing
 
