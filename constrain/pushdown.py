@@ -36,12 +36,17 @@ Configs = tuple[Stack, ...]
 
 #: Most configurations (after closure) one position may hold; past it the grammar is too ambiguous to follow.
 MAX_CONFIGS = 256
-#: Deepest stack a configuration may have (bounds nesting such as ``[[[[...]]]]``).
+#: Deepest stack a configuration that reads a byte may have (bounds nesting such as ``[[[[...]]]]``).
 MAX_STACK_DEPTH = 256
 
 
 class AmbiguityError(StructureError):
     """The grammar allows too many parses of the text so far to follow them all."""
+
+
+class DepthError(StructureError):
+    """The text nests deeper than :data:`MAX_STACK_DEPTH` rule calls: following it further is refused rather than
+    followed inexactly."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -116,14 +121,15 @@ class Machine:
                 raise AmbiguityError(f"more than {MAX_CONFIGS} parses are open at once")
             top = stack[-1]
             for k in range(self.call_ptr[top], self.call_ptr[top + 1]):
-                if len(stack) < MAX_STACK_DEPTH:
-                    work.append(stack[:-1] + (int(self.call_return[k]), int(self.call_start[k])))
+                work.append(stack[:-1] + (int(self.call_return[k]), int(self.call_start[k])))
             if self.accepting[top] and len(stack) > 1:
                 work.append(stack[:-1])
         return out
 
     def read(self, configs: Configs, data: bytes) -> Configs:
-        """The configurations after reading ``data`` (empty when a byte is rejected)."""
+        """The configurations after reading ``data`` (empty when a byte is rejected). Raises :class:`DepthError`
+        when a byte is read in a frame deeper than :data:`MAX_STACK_DEPTH` (a closure is finite without a bound:
+        left recursion is refused when the pushdown is built, so the bound is the text's nesting)."""
         trans, plain = self.trans, self.plain
         for byte in data:
             if len(configs) == 1 and plain[configs[0][-1]]:  # the common case: nothing to call or return
@@ -137,6 +143,12 @@ class Machine:
             configs = tuple(sorted(s for s in nxt if s[-1] >= 0))
             if not configs:
                 return ()
+            deepest = max(len(s) for s in configs)
+            if deepest > MAX_STACK_DEPTH:
+                raise DepthError(
+                    f"the text nests deeper than MAX_STACK_DEPTH = {MAX_STACK_DEPTH} rule calls (a parse needs "
+                    f"{deepest} frames at byte {byte!r})"
+                )
         return configs
 
     def can_end(self, configs: Configs) -> bool:

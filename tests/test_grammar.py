@@ -16,7 +16,7 @@ from constrain.compilers.regex import regex_to_dfa
 from constrain.errors import RegexError
 from constrain.grammar import Alt, Grammar, GrammarError, Literal, Ref, Regex, Repeat, Seq, build_pushdown
 from constrain import pushdown
-from constrain.pushdown import LexicalMasks, Machine, compile_grammar
+from constrain.pushdown import DepthError, LexicalMasks, Machine, compile_grammar
 from constrain.vocab import Vocabulary
 
 
@@ -138,6 +138,33 @@ def test_build_errors_name_the_rule():
         build_pushdown(Grammar({"s": Literal("x")}, "t"))
     with pytest.raises(RegexError, match="anchors"):
         build_pushdown(Grammar({"s": Regex("^x$")}, "s"))
+
+
+NESTED = Grammar({"n": Alt((Seq((Literal("("), Ref("n"), Literal(")"))), Literal("x")))}, "n")
+
+
+def test_nesting_past_the_stack_bound_raises_instead_of_losing_parses(gemma_vocab, gemma_tokenizer):
+    """Each "(" of NESTED calls the rule again, one frame deeper. Up to MAX_STACK_DEPTH frames the text is
+    followed exactly; a byte read deeper raises DepthError. Pushes past the bound used to be dropped: the text
+    was rejected as if invalid and the mask there was empty, though the grammar allows "x"."""
+    limit = pushdown.MAX_STACK_DEPTH
+    machine = Machine.from_pushdown(build_pushdown(NESTED))
+    assert accepts(machine, "(" * (limit - 1) + "x" + ")" * (limit - 1))  # "x" read in frame number `limit`
+    deep = machine.read(machine.start, b"(" * limit)
+    assert deep
+    with pytest.raises(DepthError, match="MAX_STACK_DEPTH"):
+        machine.read(deep, b"x")
+
+    structure = compile_grammar(NESTED, gemma_vocab)
+    (open_,) = gemma_tokenizer.encode("(", add_special_tokens=False)
+    (x,) = gemma_tokenizer.encode("x", add_special_tokens=False)
+    matcher = structure.matcher()
+    matcher.advance([open_] * limit)
+    mask = matcher.mask()
+    assert (mask[x >> 5] >> (x & 31)) & 1, "the grammar allows x here"
+    with pytest.raises(DepthError):
+        matcher.advance(x)
+    assert matcher.num_tokens == limit
 
 
 def synthetic_vocab(alphabet: str, seed: int = 0) -> Vocabulary:

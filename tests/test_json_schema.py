@@ -341,6 +341,40 @@ def test_draft07_spellings_without_a_declared_dialect():
             assert accepts(m, dumps(value)) == draft7(schema).is_valid(value), (schema, value)
 
 
+def test_draft04_ids_resolve_where_referencing_expects_string_ids():
+    """referencing reads a draft-04 ``id`` as the string of a JSON object. A JSON pointer walked through ``items``
+    asked for the ``id`` of a ``properties`` object, here a property's schema (the enum, checked by jsonschema
+    through that pointer, was refused as "cannot evaluate"); an embedded draft-04 subschema's boolean subschema
+    crashed the crawl with a TypeError (MaskBench JsonSchemaStore---config.json), and so did a property
+    dependency (a list) after a schema dependency, which the crawl took for a subschema too."""
+    draft4, draft7 = "http://json-schema.org/draft-04/schema#", "http://json-schema.org/draft-07/schema#"
+    check(
+        {
+            "$schema": draft4,
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"id": {"type": "string"}, "kind": {"enum": ["a", "bb", 3], "minLength": 2}},
+            },
+        },
+        [[{"id": "x", "kind": "bb"}], [{"kind": "a"}], [{"kind": 3}], [{"id": 1}]],
+    )
+    check(
+        {
+            "$schema": draft7,
+            "type": "object",
+            "properties": {
+                "a": {"$schema": draft4, "type": "object", "properties": {"b": True}, "additionalProperties": False}
+            },
+        },
+        [{"a": {"b": 1}}, {"a": {"c": 1}}, {"a": 1}],
+    )
+    check(
+        {"$schema": draft7, "properties": {"a": {}, "b": {}}, "dependencies": {"a": {"required": ["b"]}, "c": ["d"]}},
+        [{"a": 1, "b": 2}, {"a": 1}, {"c": 1}, {"c": 1, "d": 2}, {"b": 1}],
+    )
+
+
 def test_property_order_is_the_schema_order_and_extra_keys_follow():
     m = machine({"type": "object", "properties": {"b": {}, "a": {}}, "required": ["a"]})
     assert accepts(m, '{"b":1,"a":2}') and accepts(m, '{"a":2,"zz":[]}') and accepts(m, '{"b":1,"a":2,"c":3,"d":4}')
@@ -1015,6 +1049,58 @@ def test_gemma_random_walks_under_the_mask_produce_valid_json(gemma_vocab):
             text = gemma_vocab.decode(tokens).decode()
             assert valid(E2E_SCHEMA, json.loads(text)), text
     assert finished >= 1
+
+
+#: MaskBench Github_medium---o39217 reduced: a recursive $ref under four dependencies, whose triggers come late in
+#: the key order. Each of the 16 present/absent combinations was a rule of its own, all followed in parallel to
+#: the end of the object, and every nested value multiplied them again: an AmbiguityError two levels down.
+RECURSIVE_DEPENDENCIES = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "properties": {
+        "items": {"$ref": "#"},
+        "properties": {"type": "object", "additionalProperties": {"$ref": "#"}},
+        "propertyNames": {"$ref": "#"},
+    },
+    "dependencies": {
+        "minimum": ["maximum"],
+        "patternProperties": {
+            "required": ["propertyNames"],
+            "properties": {"propertyNames": {"required": ["maxLength"]}},
+        },
+        "pattern": {"required": ["maxLength"]},
+        "format": {"required": ["maxLength"]},
+    },
+}
+
+
+def _nested(leaf, depth: int) -> dict:
+    for _ in range(depth):
+        leaf = {"properties": {"a": leaf}}
+    return leaf
+
+
+def test_recursive_dependencies_are_followed_at_any_depth(gemma_vocab, gemma_tokenizer):
+    check(
+        RECURSIVE_DEPENDENCIES,
+        [
+            _nested({"pattern": "x", "maxLength": 3}, 5),
+            _nested({"pattern": "x"}, 5),
+            _nested(False, 6),
+            _nested({"items": {"minimum": 1, "maximum": 2}}, 4),
+            _nested({"items": {"minimum": 1}}, 4),
+            {"propertyNames": {"maxLength": 2}, "patternProperties": {}},
+            {"propertyNames": {"format": "date"}, "patternProperties": {}},
+        ],
+    )
+    structure = compile_json_schema(RECURSIVE_DEPENDENCIES, gemma_vocab)
+    leaf = {"items": {"propertyNames": {"maxLength": 9}, "patternProperties": {}}, "format": "x", "maxLength": 1}
+    text = dumps(_nested(leaf, 6))
+    matcher = structure.matcher()
+    for token in gemma_tokenizer.encode(text, add_special_tokens=False):
+        mask = matcher.mask()
+        assert (mask[token >> 5] >> (token & 31)) & 1, (text, token)
+        matcher.advance(token)
+    assert matcher.is_accepting()
 
 
 def test_refused_suite_groups_are_the_listed_ones():

@@ -56,3 +56,33 @@ def test_the_time_limit_refuses_with_a_pointer_and_can_be_lifted():
     assert info.value.pointer == "" or info.value.pointer.startswith("/")
     grammar, _ = schema_to_grammar({"type": "integer"}, time_limit=None)
     assert grammar.rules
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"enum": ["a", "bb", 3], "minLength": 2},
+        {"type": "object", "properties": {"a": {}}, "propertyNames": {"minLength": 1}},
+        {"type": "string", "pattern": "^[a-z]+$"},
+    ],
+    ids=["enum values", "property names", "pattern text"],
+)
+def test_the_time_limit_running_out_inside_a_guarded_call_is_reported_as_the_time_limit(schema, monkeypatch):
+    """The deadline passing while jsonschema evaluates enum values or property names, or while a pattern's own
+    text is compared with its automaton, used to come out as "cannot evaluate ..." or a silent fallback: the
+    handlers there caught every Exception (or every StructureError, which CompileTimeout is). A pattern's search
+    automaton is built where regex errors become refusals: the time limit must not become one."""
+    from constrain.automaton import deadline
+    from constrain.compilers import json_schema
+
+    def expired(call):
+        def late(*args, **kwargs):
+            with deadline(0.0):  # CPU time is past 0 s: the limit has run out
+                return call(*args, **kwargs)
+
+        return late
+
+    monkeypatch.setattr(json_schema._Document, "is_valid", expired(json_schema._Document.is_valid))
+    monkeypatch.setattr(json_schema._Compiler, "search", expired(json_schema._Compiler.search))
+    with pytest.raises(JsonSchemaError, match=r"takes longer than time_limit=60 s"):
+        schema_to_grammar(schema, time_limit=60)

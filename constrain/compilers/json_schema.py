@@ -106,12 +106,12 @@ import re
 import time
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from decimal import Decimal, localcontext
 from functools import lru_cache
 from itertools import product
 from typing import Any, NamedTuple
-from urllib.parse import quote, unquote
+from urllib.parse import quote, unquote, urljoin
 
 import numpy as np
 
@@ -176,6 +176,10 @@ class _Unsatisfiable(JsonSchemaError):
 
 class _OutOfTime(Exception):
     """The schema's time limit ran out (at the JSON pointer given); no handler relaxes this."""
+
+
+#: What the time limit raises; a handler that turns errors into refusals or fallbacks lets these through first.
+_TIME_LIMIT = (_OutOfTime, CompileTimeout)
 
 
 def _check_time(ptr: str = "") -> None:
@@ -1523,6 +1527,50 @@ def _disjoint(a: dict, b: dict) -> bool:
 # ==============================================================================================================
 # The document: validation, pointers and $ref resolution
 
+#: The keywords that name a resource or an anchor, per referencing specification.
+_NAMING_KEYWORDS = {
+    "draft-03": ("id",), "draft-04": ("id",), "draft-06": ("$id",), "draft-07": ("$id",),
+    "draft2019-09": ("$id", "$anchor"), "draft2020-12": ("$id", "$anchor", "$dynamicAnchor"),
+}  # fmt: skip
+
+
+def _total_specification(spec: Any, embedded: list[tuple[Mapping, str]]) -> Any:
+    """``spec`` (a ``referencing`` JSON Schema specification) made total over the schemas met here.
+
+    referencing 0.37 reads ``id``/``$id`` and anchors as strings of a JSON object, and its walks break that:
+    resolving a JSON pointer through ``items`` or ``dependencies`` asks for the id of every object further down
+    the path, such as a ``properties`` object whose ``id`` entry is a property's schema (an AttributeError on
+    ``dict.startswith``); crawling an embedded draft-04 subschema (its own ``$schema`` in a draft-07 document)
+    meets its boolean subschemas (a TypeError); and the draft-04 to 07 crawl takes every ``dependencies`` value
+    after a schema for a subschema, lists of property names too. Here only a string names a resource or an
+    anchor, only objects are crawled (booleans and lists name nothing), and a subschema with its own ``$schema``
+    is appended to ``embedded`` (with this specification's name) instead: referencing would crawl it with its
+    own, partial specification for that dialect.
+    """
+    import referencing
+
+    keys = _NAMING_KEYWORDS[spec.name]
+
+    def named(contents: Any) -> bool:
+        return isinstance(contents, Mapping) and all(isinstance(contents.get(k, ""), str) for k in keys)
+
+    def subresources_of(contents: Any) -> Iterator[Mapping]:
+        if not isinstance(contents, Mapping):
+            return
+        for sub in spec.subresources_of(contents):
+            if isinstance(sub, Mapping) and "$schema" in sub:
+                embedded.append((sub, spec.name))
+            elif isinstance(sub, Mapping):
+                yield sub
+
+    return referencing.Specification(
+        name=spec.name,
+        id_of=lambda contents: spec.id_of(contents) if named(contents) else None,
+        subresources_of=subresources_of,
+        anchors_in=lambda _spec, contents: spec.anchors_in(contents) if named(contents) else (),
+        maybe_in_subresource=spec.maybe_in_subresource,
+    )
+
 
 class _Document:
     def __init__(self, schema: Any):
@@ -1561,7 +1609,7 @@ class _Document:
             # "2020-12 plus draft-07 spellings": without a declared dialect, dependencies and additionalItems keep
             # their draft-07 meaning (definitions is resolved by pointer either way).
             self.keywords |= {"dependencies", "additionalItems"}
-        specs = {
+        dialects = {
             "Draft3Validator": rj.DRAFT3, "Draft4Validator": rj.DRAFT4, "Draft6Validator": rj.DRAFT6,
             "Draft7Validator": rj.DRAFT7, "Draft201909Validator": rj.DRAFT201909,
             "Draft202012Validator": rj.DRAFT202012,
@@ -1569,18 +1617,41 @@ class _Document:
         self.draft = cls.__name__.replace("Validator", "")
         self.legacy = cls.__name__ in ("Draft3Validator", "Draft4Validator", "Draft6Validator", "Draft7Validator")
         self.draft4 = cls.__name__ in ("Draft3Validator", "Draft4Validator")
-        self.spec = specs.get(cls.__name__, rj.DRAFT202012)
-        resource = self.spec.create_resource(schema)
-        self.base = resource.id() or ""
-        self.registry = referencing.Registry().with_resource(self.base, resource).crawl()
-        self.root_resolver = self.registry.resolver(self.base)
-        self.unresolvable = referencing.exceptions.Unresolvable
+        embedded: list[tuple[Mapping, str]] = []
+        self.specs = {spec.name: _total_specification(spec, embedded) for spec in dialects.values()}
+        self.spec = self.specs[dialects.get(cls.__name__, rj.DRAFT202012).name]
+        self.base = self.spec.create_resource(schema).id() or ""
         self.ptr_of: dict[int, str] = {}
         self._walk(schema, "")
+        self.bases: dict[str, str] = {"": self.base}
+        self.registry = self._crawl(embedded)
+        self.root_resolver = self.registry.resolver(self.base)
+        self.unresolvable = referencing.exceptions.Unresolvable
         self.nodes: dict[str, Any] = {"": schema}
         self.resolvers: dict[str, Any] = {"": self.root_resolver}
         self.synthetic: dict[str, Any] = {}
         self._validator = None
+
+    def _crawl(self, embedded: list[tuple[Mapping, str]]) -> Any:
+        """The registry of the document's resources and anchors (what ``$ref`` URIs name).
+
+        A subschema with its own ``$schema`` (which ``_total_specification`` leaves out) is crawled on its own,
+        with the specification of the dialect it declares as referencing would, from the base URI around it;
+        the registries are combined with the enclosing ones last, so the entry that crawl makes for that base URI
+        when the subschema has no id of its own does not hide the resource the URI belongs to.
+        """
+        import referencing
+        import referencing.jsonschema as rj
+
+        registries = [referencing.Registry().with_resource(self.base, self.spec.create_resource(self.schema)).crawl()]
+        while embedded:
+            node, enclosing = embedded.pop()
+            dialect = node["$schema"]
+            declared = rj.specification_with(dialect, default=None) if isinstance(dialect, str) else None
+            spec = self.specs[declared.name if declared is not None else enclosing]
+            around = self.base_at(self.ptr_of[id(node)].rpartition("/")[0])
+            registries.append(referencing.Registry().with_resource(around, spec.create_resource(node)).crawl())
+        return registries[-1].combine(*reversed(registries[:-1]))
 
     def _walk(self, node: Any, ptr: str) -> None:
         """Record the pointer of every object in the document (values of enum/const/default/examples aside)."""
@@ -1628,25 +1699,29 @@ class _Document:
     def is_synthetic(self, ptr: str) -> bool:
         return "/~s" in ptr
 
+    def base_at(self, ptr: str) -> str:
+        """The base URI in force at ``ptr`` (a pointer into the document): the ids met on the way, read in the
+        root's draft."""
+        hit = self.bases.get(ptr)
+        if hit is not None:
+            return hit
+        base, node = self.base, self.schema
+        for token in ptr.split("/")[1:]:
+            key = token.replace("~1", "/").replace("~0", "~")
+            node = node[int(key)] if isinstance(node, list) else node[key]
+            rid = self.spec.create_resource(node).id()
+            if rid:
+                base = urljoin(base, rid)
+        self.bases[ptr] = base
+        return base
+
     def resolver_at(self, ptr: str):
         if self.is_synthetic(ptr):
             return self.root_resolver
         hit = self.resolvers.get(ptr)
-        if hit is not None:
-            return hit
-        resolver = self.root_resolver
-        node = self.schema
-        walked = ""
-        for token in ptr.split("/")[1:]:
-            key = token.replace("~1", "/").replace("~0", "~")
-            node = node[int(key)] if isinstance(node, list) else node[key]
-            walked += "/" + token
-            if isinstance(node, Mapping) and isinstance(node.get("$id", node.get("id")), str):
-                resource = self.spec.create_resource(node)
-                if resource.id():
-                    resolver = resolver.in_subresource(resource)
-        self.resolvers[ptr] = resolver
-        return resolver
+        if hit is None:
+            hit = self.resolvers[ptr] = self.registry.resolver(self.base_at(ptr))
+        return hit
 
     def resolve(self, ptr: str, ref: str, keyword: str = "$ref") -> str:
         """The pointer of the schema ``ref`` (found at ``ptr``) refers to."""
@@ -1690,7 +1765,7 @@ class _Document:
             key = token.replace("~1", "/").replace("~0", "~")
             node = node[int(key)] if isinstance(node, list) else node[key]
             walked += "/" + token
-            if isinstance(node, Mapping) and isinstance(node.get("$id"), str) and not node["$id"].startswith("#"):
+            if self.spec.create_resource(node).id():
                 best = walked
         return best
 
@@ -1698,7 +1773,10 @@ class _Document:
 
     def validator(self):
         if self._validator is None:
-            self._validator = self.cls(self.schema, registry=self.registry, format_checker=self.cls.FORMAT_CHECKER)
+            # Our resolver (as jsonschema's own descend passes one), not one jsonschema would build on referencing's
+            # partial specification of the root's dialect: see _total_specification.
+            checker = self.cls.FORMAT_CHECKER
+            self._validator = self.cls(self.schema, format_checker=checker, _resolver=self.root_resolver)
         return self._validator
 
     def validation_schema(self, part: _Part) -> Any:
@@ -1739,6 +1817,7 @@ class _Document:
     def is_valid(self, parts: Sequence[_Part], value: Any) -> bool:
         validator = self.validator()
         for part in parts:
+            _check_time(part.ptr)  # jsonschema's own time is unbounded: a large enum against a large schema
             schema = self.validation_schema(part)
             if not validator.evolve(schema=schema).is_valid(value):
                 return False
@@ -2254,6 +2333,8 @@ class _Compiler:
             else:
                 try:
                     ok = self.doc.is_valid(parts, value)
+                except _TIME_LIMIT:
+                    raise
                 except Exception as exc:  # an unresolvable reference met by jsonschema, a bad regex...
                     raise JsonSchemaError(
                         f"cannot evaluate the enum values against the schema: {exc}", _clean_pointer(at), kw
@@ -2337,7 +2418,16 @@ class _Compiler:
             raise self.unsatisfiable(
                 f"no branch of {kw!r} can be satisfied together with the rest of the schema", at, kw
             )
-        return options[0] if len(options) == 1 else Alt(tuple(options))
+        if len(options) == 1:
+            return options[0]
+        # The options' bodies, not calls to their rules: one DFA then follows every option. Called rules would each
+        # be a configuration of their own until the text tells them apart (for an object, maybe only at its last
+        # key), and every value nested inside would multiply those by its own options' count, level after level.
+        # A rule still being built (a recursion) stays a call.
+        inlined: list[Expr] = []
+        for ref in options:
+            inlined.extend(_options(self.rules.get(ref.rule, ref)))
+        return Alt(tuple(dict.fromkeys(inlined)))
 
     def alternatives(self, part: _Part, kw: str, node: Mapping, parts: tuple[_Part, ...]) -> list[tuple[_Part, ...]]:
         ptr = part.ptr
@@ -3537,6 +3627,8 @@ class _Compiler:
             return True
         try:
             return self.doc.is_valid(sh.prop_names, key)
+        except _TIME_LIMIT:
+            raise
         except Exception as exc:
             raise JsonSchemaError(
                 f"cannot evaluate propertyNames: {exc}", _clean_pointer(sh.prop_names[0].ptr), "propertyNames"
@@ -3928,7 +4020,21 @@ def _options(expr: Expr) -> list[Expr]:
     return list(expr.items) if isinstance(expr, Alt) else [expr]
 
 
+def _reachable(rules: dict[str, Expr], start: str) -> dict[str, Expr]:
+    """The rules ``start`` calls, directly or not (and itself), in their order; calls to undefined rules (a
+    recursion found unsatisfiable) are left to pruning."""
+    keep = {start}
+    work = [start]
+    while work:
+        for r in _refs(rules[work.pop()], set()):
+            if r not in keep and r in rules:
+                keep.add(r)
+                work.append(r)
+    return {name: rules[name] for name in rules if name in keep}
+
+
 def _finalize(rules: dict[str, Expr], start: str) -> tuple[dict[str, Expr], str]:
+    rules = _reachable(rules, start)  # first: branches inline their options' bodies, often leaving those unused
     ok: set[str] = set()
     changed = True
     while changed:
@@ -3974,15 +4080,7 @@ def _finalize(rules: dict[str, Expr], start: str) -> tuple[dict[str, Expr], str]
     start = final_alias.get(start, start)
     if final_alias:
         rules = {name: _rename(body, final_alias) for name, body in rules.items() if name not in final_alias}
-    # reachability
-    keep = {start}
-    work = [start]
-    while work:
-        for r in _refs(rules[work.pop()], set()):
-            if r not in keep:
-                keep.add(r)
-                work.append(r)
-    return {name: rules[name] for name in rules if name in keep}, start
+    return _reachable(rules, start), start
 
 
 def _sccs(graph: Mapping[str, set[str]]) -> list[set[str]]:
@@ -4063,7 +4161,7 @@ def schema_to_grammar(
         with deadline(None if time_limit is None else time.process_time() + time_limit):
             compiler = _Compiler(schema, strict, whitespace, additional_properties_default, max_whitespace)
             grammar = compiler.compile()
-    except (_OutOfTime, CompileTimeout) as exc:
+    except _TIME_LIMIT as exc:
         where = str(exc) if isinstance(exc, _OutOfTime) else getattr(compiler, "last_pointer", "")
         raise JsonSchemaError(
             f"compiling this schema takes longer than time_limit={time_limit:g} s (None lifts the limit)",
