@@ -305,15 +305,16 @@ class LexicalMasks:
         words = np.zeros((self.vocab.size + 31) // 32, dtype=np.uint32)
         lender_of = np.full(len(self.first_nodes), -1, dtype=np.int32)
         lenders: list[tuple[np.ndarray, np.ndarray]] = []
-        slots: dict[int, int] = {}
-        for key, j in self._first_byte_keys(trans, hashes, state):
-            lender = self._entries.get(self._lenders.get((key, j), -1))
-            if lender is None:
-                continue
-            slot = slots.setdefault(id(lender), len(lenders))
-            if slot == len(lenders):
+        subtrees_of: dict[int, list[int]] = {}  # lending walk -> the first-byte subtrees it lends (usually one walk)
+        for lent in self._first_byte_keys(trans, hashes, state):
+            walk_key = self._lenders.get(lent)
+            if walk_key is not None:
+                subtrees_of.setdefault(walk_key, []).append(lent[1])
+        for walk_key, subtrees in subtrees_of.items():
+            lender = self._entries.get(walk_key)
+            if lender is not None:
+                lender_of[subtrees] = len(lenders)
                 lenders.append(lender)
-            lender_of[j] = slot
         lender_words = np.stack([w for w, _ in lenders]) if lenders else np.zeros((1, 1), dtype=np.uint32)
         pops = np.empty(trie.num_nodes, dtype=np.int32)
         num_pops, walked_tokens = _walk_lexical(
