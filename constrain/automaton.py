@@ -405,6 +405,17 @@ def _intern(out, k, work, count, max_states):
 
 
 @njit(cache=True)
+def _successor(seeds, num_seeds, eps_ptr, eps_rows, important, stamp, generation, stack, out, work, count, max_states):
+    """The subset reached through ``seeds`` (its id, -1 when it reads and accepts nothing, -2 past
+    ``max_states``), the size of its closure, and the grown ``work`` and ``count``."""
+    k = _close(seeds, num_seeds, eps_ptr, eps_rows, important, stamp, generation, stack, out)
+    if k == 0:
+        return -1, 0, work, count
+    target, work, count = _intern(out, k, work, count, max_states)
+    return target, k, work, count
+
+
+@njit(cache=True)
 def _subset_construction(
     start, start_ptr, start_rows, byte_ptr, byte_rows, eps_ptr, eps_rows, call_ptr, call_rows, final, important,
     work, done, count, slice_work, max_states,
@@ -474,14 +485,14 @@ def _subset_construction(
             if num_seeds == 0:
                 continue
             generation += 1
-            k = _close(seeds, num_seeds, eps_ptr, eps_rows, important, stamp, generation, stack, out)
+            target, k, work, count = _successor(
+                seeds, num_seeds, eps_ptr, eps_rows, important, stamp, generation, stack, out, work, count, max_states
+            )
             visited += num_seeds + k
-            if k == 0:
-                continue
-            target, work, count = _intern(out, k, work, count, max_states)
             if target == -2:
                 return work, done, count, 1
-            work[3][i, a:b] = target
+            if target >= 0:
+                work[3][i, a:b] = target
         # Calls: one target subset per called rule.
         for rule in range(work[4].shape[1] if num_calls else 0):
             num_seeds = 0
@@ -492,14 +503,14 @@ def _subset_construction(
             if num_seeds == 0:
                 continue
             generation += 1
-            k = _close(seeds, num_seeds, eps_ptr, eps_rows, important, stamp, generation, stack, out)
+            target, k, work, count = _successor(
+                seeds, num_seeds, eps_ptr, eps_rows, important, stamp, generation, stack, out, work, count, max_states
+            )
             visited += num_seeds + k
-            if k == 0:
-                continue
-            target, work, count = _intern(out, k, work, count, max_states)
             if target == -2:
                 return work, done, count, 1
-            work[4][i, rule] = target
+            if target >= 0:
+                work[4][i, rule] = target
         done += 1
     return work, done, count, 0
 
