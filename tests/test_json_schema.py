@@ -417,6 +417,28 @@ def test_numbers_in_canonical_decimal_form():
     assert accepts(m, "-12") and accepts(m, "0") and not accepts(m, "1.0") and not accepts(m, "-0")
 
 
+def test_numbers_bounded_only_by_zero_take_every_spelling():
+    """At a bound of zero the sign alone decides, so exponents are exact there (real data writes 1e-06)."""
+    texts = ["0", "0.0", "0e3", "1e-06", "2.5E+3", "0.001", "7", "-1e-06", "-2.5E+3", "-0.5", "-7"]
+    for schema in (
+        {"type": "number", "minimum": 0},
+        {"type": "number", "exclusiveMinimum": 0},
+        {"type": "number", "maximum": 0},
+        {"type": "number", "exclusiveMaximum": 0},
+    ):
+        m = machine(schema)
+        for text in texts:
+            assert accepts(m, text) == valid(schema, json.loads(text)), (schema, text)
+    m = machine({"type": "number", "minimum": 0, "maximum": 10})
+    assert not accepts(m, "1e-06")  # other ranges are written without exponents
+
+
+def test_an_integral_float_in_an_enum_takes_the_schema_spelling_too():
+    m = machine({"enum": [2.0, "a"]})
+    assert accepts(m, "2") and accepts(m, "2.0") and accepts(m, '"a"')
+    assert not accepts(m, "2.5") and not accepts(m, "3")
+
+
 # -- number ranges, against brute force ----------------------------------------------------------------------
 
 

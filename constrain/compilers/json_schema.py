@@ -1214,6 +1214,24 @@ def _magnitude_range(lo: Decimal, lo_strict: bool, hi: Decimal | None, hi_strict
     return options[0] if len(options) == 1 else "(?:" + "|".join(options) + ")"
 
 
+#: A number other than zero, unsigned, in any JSON spelling (exponents too).
+_POSITIVE = r"(?:[1-9][0-9]*(?:\.[0-9]+)?|0\.[0-9]*[1-9][0-9]*)(?:[eE][+-]?[0-9]+)?"
+_ZERO = r"0(?:\.0+)?(?:[eE][+-]?[0-9]+)?"
+
+
+def _signed_number(sh: _Shape) -> str | None:
+    """Numbers bounded only by zero (``minimum: 0``, ``exclusiveMaximum: 0``...) in every JSON spelling,
+    exponents included, since the sign alone decides; None for other shapes (their ranges are written without
+    exponents)."""
+    if not ("int" in sh.kinds and "frac" in sh.kinds) or sh.multiples or sh.neg_multiples or sh.num_excluded:
+        return None
+    if sh.hi is None and sh.lo == 0:
+        return _POSITIVE if sh.lo_strict else f"(?:{_ZERO}|{_POSITIVE})"
+    if sh.lo is None and sh.hi == 0:
+        return f"-{_POSITIVE}" if sh.hi_strict else f"(?:{_ZERO}|-{_POSITIVE})"
+    return None
+
+
 def _decimal_range(
     lo: Decimal | None, lo_strict: bool, hi: Decimal | None, hi_strict: bool, nonint: bool
 ) -> str | None:
@@ -2292,7 +2310,7 @@ class _Compiler:
         chosen = self.finite_candidates(parts)
         if chosen is None:
             return None
-        literals = [self.value_literal(_canonical_value(value), depth) for value in chosen]
+        literals = [self.value_literal(value, depth) for value in chosen]
         return literals[0] if len(literals) == 1 else Alt(tuple(literals))
 
     def finite_candidates(self, parts: tuple[_Part, ...]) -> list[Any] | None:
@@ -2363,6 +2381,9 @@ class _Compiler:
             or self.whitespace == "compact"
             or (self.whitespace == "indent" and depth is None)
         ):
+            if isinstance(value, float) and value.is_integer():
+                # the schema's own spelling (2.0) besides the canonical one (2): JSON Schema compares by value
+                return Alt((Literal(_dumps(value)), Literal(json.dumps(value))))
             return Literal(_dumps(value))
         lay = self.layout(depth)
         child = self.child_depth(depth)
@@ -2949,6 +2970,9 @@ class _Compiler:
             if int_ok and frac_ok:
                 return self.shared("json_number")
             return self.shared("json_integer" if int_ok else "json_fraction")
+        signed = _signed_number(sh)
+        if signed is not None:
+            return Regex(signed)
         with localcontext() as ctx:
             ctx.prec = 2000
             # split the interval at the excluded values
