@@ -1775,7 +1775,8 @@ class _Document:
         raise JsonSchemaError(f"{ref!r} does not refer to a schema of this document", where, keyword)
 
     def _resource_ptr(self, ptr: str) -> str:
-        """The pointer of the innermost resource (root or ``$id``) containing ``ptr``."""
+        """The pointer of the innermost resource (the root, or a subschema with an id in the root's draft)
+        containing ``ptr``."""
         best = ""
         node = self.schema
         walked = ""
@@ -2448,7 +2449,8 @@ class _Compiler:
         inlined: list[Expr] = []
         for ref in options:
             inlined.extend(_options(self.rules.get(ref.rule, ref)))
-        return Alt(tuple(dict.fromkeys(inlined)))
+        unique = tuple(dict.fromkeys(inlined))
+        return unique[0] if len(unique) == 1 else Alt(unique)
 
     def alternatives(self, part: _Part, kw: str, node: Mapping, parts: tuple[_Part, ...]) -> list[tuple[_Part, ...]]:
         ptr = part.ptr
