@@ -249,7 +249,9 @@ class ByteNFA:
         call_ptr, call_rows = _csr(self._calls, 3, n)
         markers = np.array(self._markers, dtype=np.int32).reshape(-1, 3)
         begin = markers[markers[:, 1] == BEGIN][:, [0, 2]]
-        start_ptr, start_rows = _csr(np.concatenate([eps_rows, begin]).ravel(), 2, n) if len(begin) else (eps_ptr, eps_rows)
+        start_ptr, start_rows = (eps_ptr, eps_rows)  # where the start's closure looks: epsilons, and BEGIN markers
+        if len(begin):
+            start_ptr, start_rows = _csr(np.concatenate([eps_rows, begin]).ravel(), 2, n)
         final = np.zeros(n, dtype=np.bool_)
         final[accept] = True
         end = markers[markers[:, 1] == END][:, [0, 2]]
