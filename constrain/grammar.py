@@ -272,7 +272,7 @@ def _build(nfa: ByteNFA, expr: Expr, src: int, dst: int, index: Mapping[str, int
             nfa.add_bytes(state, byte, byte, nxt)
             state = nxt
     elif isinstance(expr, Regex):
-        nfa.add_dfa(_terminal(expr.pattern), src, dst)
+        nfa.add_dfa(terminal_dfa(expr.pattern), src, dst)
     elif isinstance(expr, Automaton):
         nfa.add_dfa(expr.dfa, src, dst)
     elif isinstance(expr, Ref):
@@ -331,7 +331,7 @@ def _build(nfa: ByteNFA, expr: Expr, src: int, dst: int, index: Mapping[str, int
 
 
 @lru_cache(maxsize=4096)
-def _terminal(pattern: str) -> ByteDFA:
+def terminal_dfa(pattern: str) -> ByteDFA:
     """A regex terminal's minimal DFA: parsed and determinised once per process, then spliced (copied) wherever
     the pattern appears."""
     nfa = ByteNFA()

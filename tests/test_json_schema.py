@@ -761,10 +761,10 @@ def test_json_schema_test_suite():
 def test_encoded_format_regexes_mean_the_decoded_formats():
     from constrain.compilers.json_schema import _FORMATS, _FORMATS_ENCODED
 
-    from constrain.grammar import _terminal
+    from constrain.grammar import terminal_dfa
 
     for name, decoded in _FORMATS.items():
-        direct = _terminal(f'"(?:{_FORMATS_ENCODED[name]})"')
+        direct = terminal_dfa(f'"(?:{_FORMATS_ENCODED[name]})"')
         derived = _CDFA.from_regex(decoded).encode_json().to_byte_dfa(quoted=True)
         assert _same_language(direct, derived), name
 

@@ -120,7 +120,7 @@ from ..automaton import (
     DEAD, ByteDFA, ByteNFA, CompileTimeout, check_deadline, column_classes, complement_ranges, deadline,
     hopcroft_blocks,
 )
-from ..grammar import Alt, Automaton, Expr, Grammar, Literal, Ref, Regex, Repeat, Seq
+from ..grammar import Alt, Automaton, Expr, Grammar, Literal, Ref, Regex, Repeat, Seq, terminal_dfa
 from .metaschema import certainly_valid
 from .regex import regex_to_dfa
 
@@ -746,9 +746,7 @@ def _key_except_dfa(names: tuple[str, ...]) -> ByteDFA:
     """JSON strings (quotes included) other than ``names``, built at the byte level: the trie of the names'
     canonical encodings runs alongside the automaton of any JSON string, and leaving the trie continues in that
     automaton. Linear in the names' length; shared per process, since the same objects recur across schemas."""
-    from ..grammar import _terminal
-
-    string = _terminal(_STRING)
+    string = terminal_dfa(_STRING)
     children: list[dict[int, int]] = [{}]
     ends = [False]
     state_of = [0]  # the string automaton's state after each trie node's prefix
