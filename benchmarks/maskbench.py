@@ -17,6 +17,17 @@ For every schema and every engine (constrain, llguidance, xgrammar, outlines-cor
    A valid instance rejected is a validation error; an invalid instance accepted to the end is an invalidation
    error. TBM statistics are over the masks computed while forcing valid instances (the final mask, which must
    allow end of sequence, included).
+3. after that timed pass, in the same worker and untimed, a second validation count: each valid instance is also
+   written with its objects' keys in the declared order, the order constrain's compiler writes them (its
+   documented semantics: "property order follows ``properties``"; ``canonical_order`` from
+   ``benchmarks/maskbench_keyorder.py``, the helper the conformance golden test ``tests/maskbench_golden.py`` uses
+   too), and where that text differs from the instance-order one it is tokenised and forced again. The valid
+   instances rejected that way (the others counted as in step 2) are ``validation_errors_declared_order`` in the
+   summary and the "valid rejected in declared order" column. An engine with a fixed member order rejects a valid
+   instance written in another order by design; this count tells those rejections from the others. It does not
+   change the headline figures (TTFM, TBM, compile errors, validation errors, passing): the worker sends the
+   timed record first, and the parent then waits up to ``--timeout`` seconds more for this pass (should it run
+   out, or the worker die, the record stays as it came and those instances count in their own order).
 
 Every engine runs single-threaded in its own worker subprocess (one per engine, kept across schemas). The parent
 sends one schema at a time and waits at most ``--timeout`` seconds for compile + tests; on a timeout (or when
@@ -53,6 +64,7 @@ from __future__ import annotations
 import argparse
 import gc
 import gzip
+import importlib.util
 import json
 import os
 import platform
@@ -93,6 +105,28 @@ SINGLE_THREAD_ENV = {
 # Data
 
 
+def _load_keyorder() -> Any:
+    """``benchmarks/maskbench_keyorder.py``, loaded by its path (``benchmarks/`` is not a package; this file is
+    run as a script, and loaded by path by the tests)."""
+    name = "maskbench_keyorder"
+    mod = sys.modules.get(name)
+    if mod is None:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().with_name(f"{name}.py"))
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        try:
+            spec.loader.exec_module(mod)
+        except BaseException:
+            del sys.modules[name]
+            raise
+    return mod
+
+
+#: ``canonical_order(schema, instance)``: the instance with each object's keys in the order constrain's JSON Schema
+#: compiler writes them (the schema's declared order; see ``benchmarks/maskbench_keyorder.py``).
+canonical_order = _load_keyorder().canonical_order
+
+
 def serialise(data: Any) -> str:
     """The one text every engine is given for an instance: compact JSON, non-ASCII characters kept as they are."""
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
@@ -130,29 +164,47 @@ def load_entries(
     return entries
 
 
+def tokenise_text(text: str, tokenizer: Any, vocab: Any) -> list[int] | str:
+    """The Gemma tokens of ``text`` without BOS, or why it is skipped: its tokens do not spell its UTF-8 bytes
+    exactly, or it has no UTF-8 form (e.g. a lone surrogate)."""
+    try:
+        raw = text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "no UTF-8 form (lone surrogate)"
+    tokens = [int(t) for t in tokenizer.encode(text, add_special_tokens=False)]
+    if vocab.decode(tokens) != raw:
+        return "the tokens do not spell the text's bytes"
+    return tokens
+
+
 def tokenise_tests(entry: dict[str, Any], tokenizer: Any, vocab: Any) -> list[dict[str, Any]]:
     """Each test of ``entry`` as ``{"valid", "description", "tokens"}`` (or with ``skip`` and no tokens).
 
-    The tokens are the Gemma encoding of the compact serialisation, without BOS; a text whose tokens do not spell
-    its UTF-8 bytes exactly (or that has no UTF-8 form, e.g. a lone surrogate) is skipped, with the reason.
+    The tokens are the Gemma encoding of the compact serialisation, without BOS (:func:`tokenise_text`). A valid
+    instance whose text in the declared key order (:func:`canonical_order` for ``entry["schema"]``) differs from
+    its own also gets ``declared_tokens``, the tokens of that text (or ``declared_skip``, why there are none).
     """
     out = []
     for test in entry["tests"]:
         item: dict[str, Any] = {"valid": bool(test["valid"]), "description": str(test.get("description", ""))}
         text = serialise(test["data"])
-        try:
-            raw = text.encode("utf-8")
-        except UnicodeEncodeError:
-            item["skip"] = "no UTF-8 form (lone surrogate)"
-            out.append(item)
-            continue
-        tokens = [int(t) for t in tokenizer.encode(text, add_special_tokens=False)]
-        if vocab.decode(tokens) != raw:
-            item["skip"] = "the tokens do not spell the text's bytes"
+        tokens = tokenise_text(text, tokenizer, vocab)
+        if isinstance(tokens, str):
+            item["skip"] = tokens
         else:
             item["tokens"] = tokens
+            if item["valid"] and "schema" in entry:
+                declared = serialise(canonical_order(entry["schema"], test["data"]))
+                if declared != text:
+                    tokens = tokenise_text(declared, tokenizer, vocab)
+                    item["declared_skip" if isinstance(tokens, str) else "declared_tokens"] = tokens
         out.append(item)
     return out
+
+
+def has_declared(tests: list[dict[str, Any]]) -> bool:
+    """Whether any test has a declared-order text to force after the timed pass."""
+    return any("declared_tokens" in t for t in tests)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -409,11 +461,32 @@ def run_test(engine: Engine, compiled: Any, tokens: list[int], bitmask: np.ndarr
     return {"outcome": "accepted"}
 
 
-def run_schema(engine: Engine, job: dict[str, Any], bitmask: np.ndarray, on_compiled=None) -> dict[str, Any]:
+def run_declared(engine: Engine, compiled: Any, tests: list[dict[str, Any]], bitmask: np.ndarray) -> dict[int, dict]:
+    """The outcome of each test that has ``declared_tokens`` (a valid instance whose declared-order text differs
+    from its own), forced in that order; by test index. Untimed."""
+    out = {}
+    for i, test in enumerate(tests):
+        if "declared_tokens" not in test:
+            continue
+        try:
+            result = run_test(engine, compiled, test["declared_tokens"], bitmask, None)
+        except Exception as e:
+            result = {"outcome": "rejected", "at": None, "reason": "exception",
+                      "error": f"{type(e).__name__}: {_first_line(str(e))}"}
+        result["tokens"] = len(test["declared_tokens"])
+        out[i] = result
+    return out
+
+
+def run_schema(engine: Engine, job: dict[str, Any], bitmask: np.ndarray, on_compiled=None,
+               on_timed=None) -> dict[str, Any]:
     """Compile one schema and run its tests. The record, plus ``tbm`` (seconds of each valid-instance mask).
 
     ``on_compiled(seconds)`` is called once the schema compiled (the parent then knows, should the tests run past
-    the timeout, that the compile itself finished)."""
+    the timeout, that the compile itself finished). After the timed pass, ``on_timed(record)`` is called with the
+    record so far; then the tests with ``declared_tokens`` are forced again in the declared key order
+    (:func:`run_declared`, untimed), each outcome going to its test's ``declared_order``, and ``declared`` is set
+    to ``"ok"``."""
     clock = time.perf_counter
     rec: dict[str, Any] = {"status": "ok"}
     t0 = clock()
@@ -447,6 +520,11 @@ def run_schema(engine: Engine, job: dict[str, Any], bitmask: np.ndarray, on_comp
         tests.append(result)
     rec["tests"] = tests
     rec["tbm"] = tbm
+    if on_timed is not None:
+        on_timed(rec)
+    for i, result in run_declared(engine, compiled, job["tests"], bitmask).items():
+        tests[i]["declared_order"] = result
+    rec["declared"] = "ok"
     del compiled
     return rec
 
@@ -517,13 +595,28 @@ def worker_main(engine_name: str, fd_in: int, fd_out: int, args: dict[str, Any])
             mem = _proc_status()
             conn_out.send({"type": "bye", "rss_mb": mem.get("VmRSS"), "hwm_mb": mem.get("VmHWM")})
             return
+        timed_sent = []
+
+        def send_timed(rec: dict[str, Any]) -> None:
+            # the timed pass is over: its record goes now, the declared-order pass follows in a message of its own
+            gc.collect()
+            mem = _proc_status()
+            conn_out.send({"type": "result", "record": {**rec, "rss_mb": mem.get("VmRSS"), "hwm_mb": mem.get("VmHWM")}})
+            timed_sent.append(True)
+
         try:
             rec = run_schema(engine, msg, bitmask,
-                             lambda sec: conn_out.send({"type": "compiled", "compile_s": sec}))
+                             lambda sec: conn_out.send({"type": "compiled", "compile_s": sec}),
+                             send_timed if has_declared(msg["tests"]) else None)
         except Exception as e:  # a bug here or in an engine's Python layer: report it, keep going
             rec = {"status": "error", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
         gc.collect()
         mem = _proc_status()
+        if timed_sent:
+            results = {i: t["declared_order"] for i, t in enumerate(rec.get("tests", [])) if "declared_order" in t}
+            conn_out.send({"type": "declared", "status": rec.get("declared", "error"), "error": rec.get("error"),
+                           "results": results, "hwm_mb": mem.get("VmHWM")})
+            continue
         rec.update(rss_mb=mem.get("VmRSS"), hwm_mb=mem.get("VmHWM"))
         conn_out.send({"type": "result", "record": rec})
 
@@ -638,6 +731,8 @@ class Worker:
             rec = msg["record"]
             self._note_peak(rec.get("hwm_mb"))
             rec["wall_s"] = wall
+            if rec.get("status") == "ok" and has_declared(job["tests"]):
+                self._declared(rec, timeout)
             return rec
         if msg in ("timeout", "memory"):
             self._note_peak(_proc_status(self.proc.pid).get("VmHWM"))
@@ -647,6 +742,29 @@ class Worker:
         code = self.stop(kill=True)
         return {"status": "crashed", "error": f"the worker died (exit {code}) during the {compiled['phase']}: "
                 f"{self._tail()}", **compiled, "wall_s": wall}
+
+    def _declared(self, rec: dict[str, Any], timeout: float) -> None:
+        """Wait (up to ``timeout`` seconds more) for the untimed declared-order pass that follows a record with
+        declared-order tests; its outcomes go to the record's tests (``declared_order``), its status to
+        ``declared``: ``ok``, ``error``, or ``timeout`` / ``memory`` / ``crashed`` (the worker is then stopped,
+        and the record itself is kept as it came)."""
+        msg = self._wait(timeout)
+        if isinstance(msg, dict) and msg.get("type") == "declared":
+            self._note_peak(msg.get("hwm_mb"))
+            for i, result in msg["results"].items():
+                rec["tests"][int(i)]["declared_order"] = result
+            rec["declared"] = msg["status"]
+            if msg["status"] != "ok":
+                rec["declared_error"] = msg.get("error")
+            return
+        if msg in ("timeout", "memory"):
+            self._note_peak(_proc_status(self.proc.pid).get("VmHWM"))
+            self.stop(kill=True)
+            rec["declared"] = msg
+            return
+        code = self.stop(kill=True)
+        rec["declared"] = "crashed"
+        rec["declared_error"] = f"the worker died (exit {code}): {self._tail()}"
 
     def stop(self, kill: bool = False) -> int | None:
         """End the worker (politely unless ``kill``); its exit code."""
@@ -687,17 +805,23 @@ class Worker:
 
 
 def add_context(rec: dict[str, Any], tests: list[dict[str, Any]], vocab: Any) -> None:
-    """Give each rejection the text around it: the last 40 characters read, then the refused token in brackets."""
-    for test, res in zip(tests, rec.get("tests", [])):
+    """Give each rejection the text around it: the last 40 characters read, then the refused token in brackets
+    (a rejection in the declared order too, from its own tokens)."""
+
+    def context(res: dict[str, Any], tokens: list[int] | None) -> None:
         at = res.get("at")
-        if res.get("outcome") != "rejected" or at is None or "tokens" not in test:
-            continue
-        tokens = test["tokens"]
+        if res.get("outcome") != "rejected" or at is None or tokens is None:
+            return
         before = vocab.decode(tokens[:at]).decode("utf-8", "replace")[-40:]
         token = vocab.decode(tokens[at:at + 1]).decode("utf-8", "replace") if at < len(tokens) else "<eos>"
         res["context"] = f"{before}⟦{token}⟧"
         # a rejection where a property name starts: usually the engine's own property order (or a key it forbids)
         res["at_key"] = at < len(tokens) and vocab.decode(tokens[:at]).rstrip(b'"').endswith((b"{", b","))
+
+    for test, res in zip(tests, rec.get("tests", [])):
+        context(res, test.get("tokens"))
+        if "declared_order" in res:
+            context(res["declared_order"], test.get("declared_tokens"))
 
 
 def pct(values: list[float] | np.ndarray, q: float) -> float:
@@ -705,9 +829,14 @@ def pct(values: list[float] | np.ndarray, q: float) -> float:
 
 
 def classify(rec: dict[str, Any], tests: list[dict[str, Any]]) -> dict[str, int]:
-    """Counts of one engine's result on one schema: validation / invalidation errors, tests run."""
+    """Counts of one engine's result on one schema: validation / invalidation errors, tests run.
+
+    ``validation_errors_declared_order``: the valid instances rejected when written in the declared key order:
+    the declared-order outcome of those forced again in that order (``declared_checked`` of them), the instance's
+    own outcome for the others (their text is the same in both orders; or, counted in ``declared_unchecked``, the
+    declared-order pass did not finish or their declared-order text could not be tokenised)."""
     c = {"valid_run": 0, "invalid_run": 0, "validation_errors": 0, "invalidation_errors": 0, "skipped": 0,
-         "inconsistent": 0}
+         "inconsistent": 0, "validation_errors_declared_order": 0, "declared_checked": 0, "declared_unchecked": 0}
     for test, res in zip(tests, rec.get("tests", [])):
         if res["outcome"] == "skipped":
             c["skipped"] += 1
@@ -716,6 +845,13 @@ def classify(rec: dict[str, Any], tests: list[dict[str, Any]]) -> dict[str, int]
         if test["valid"]:
             c["valid_run"] += 1
             c["validation_errors"] += res["outcome"] != "accepted"
+            declared = res.get("declared_order")
+            if declared is not None:
+                c["declared_checked"] += 1
+                c["validation_errors_declared_order"] += declared["outcome"] != "accepted"
+            else:
+                c["declared_unchecked"] += "declared_tokens" in test or "declared_skip" in test
+                c["validation_errors_declared_order"] += res["outcome"] != "accepted"
         else:
             c["invalid_run"] += 1
             c["invalidation_errors"] += res["outcome"] == "accepted"
@@ -735,20 +871,33 @@ def summarise(engine: str, records: list[dict[str, Any]], tests_by_schema: list[
     s["compile_errors"] = sum(s[st] for st in COMPILE_ERRORS)
     totals = {"valid_run": 0, "invalid_run": 0, "validation_errors": 0, "invalidation_errors": 0, "skipped": 0,
               "inconsistent": 0}
-    passing = schemas_val = schemas_inval = 0
+    declared = {"validation_errors_declared_order": 0, "declared_checked": 0, "declared_unchecked": 0}
+    passing = schemas_val = schemas_inval = schemas_val_declared = 0
     for rec, tests in zip(records, tests_by_schema):
         if rec["status"] != "ok":
             continue
         c = classify(rec, tests)
         for k in totals:
             totals[k] += c[k]
+        for k in declared:
+            declared[k] += c[k]
         schemas_val += c["validation_errors"] > 0
         schemas_inval += c["invalidation_errors"] > 0
+        schemas_val_declared += c["validation_errors_declared_order"] > 0
         passing += c["validation_errors"] == 0 and c["invalidation_errors"] == 0
     s.update(totals)
     s["passing"] = passing
     s["schemas_with_validation_errors"] = schemas_val
     s["schemas_with_invalidation_errors"] = schemas_inval
+    # the second count, in the declared key order (None when a compiled schema's record has no ``declared``: records
+    # written before the count existed, e.g. a --merge with older shards)
+    if all("declared" in r for r in records if r["status"] == "ok"):
+        s.update(declared)
+        s["schemas_with_validation_errors_declared_order"] = schemas_val_declared
+        s["declared_incomplete"] = sum(r.get("declared", "ok") != "ok" for r in records if r["status"] == "ok")
+    else:
+        s.update({k: None for k in declared}, schemas_with_validation_errors_declared_order=None,
+                 declared_incomplete=None)
     ttfm = [r["ttfm_s"] for r in records if r["status"] == "ok"]
     comp = [r["compile_s"] for r in records if r["status"] == "ok"]
     s["ttfm_ms"] = {q: 1e3 * pct(ttfm, q) for q in (50, 90, 99)}
@@ -800,14 +949,22 @@ def _loadavg() -> str:
         return "?"
 
 
+def _declared_cell(s: dict[str, Any]) -> str:
+    """The validation errors in the declared key order ("–" for records written before that count existed)."""
+    if s.get("validation_errors_declared_order") is None:
+        return "–"
+    return f"{s['validation_errors_declared_order']} / {s['valid_run']}"
+
+
 def markdown(summaries: list[dict[str, Any]], unavailable: dict[str, str], common: dict[str, Any] | None,
              header: list[str], notes: list[str]) -> str:
     out = list(header) + [""]
     out.append("| engine | schemas | compiled | compile errors (refused / crashed / timeout / memory) | passing "
-               "| schemas with validation / invalidation errors | valid rejected / run | invalid accepted / run "
+               "| schemas with validation / invalidation errors | valid rejected / run "
+               "| valid rejected in declared order / run | invalid accepted / run "
                "| TTFM p50 / p90 / p99 (ms) | TBM p50 / p95 / p99 / max (µs) | masks "
                "| RSS after set-up / peak (MiB) |")
-    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for s in summaries:
         n = max(s["schemas"], 1)
         crashed = s["crashed"] + s["error"]
@@ -817,13 +974,14 @@ def markdown(summaries: list[dict[str, Any]], unavailable: dict[str, str], commo
             f"| {s['engine']} {s['version']} | {s['schemas']} | {s['compiled']} ({100 * s['compiled'] / n:.0f}%) "
             f"| {errs} | {s['passing']} ({100 * s['passing'] / n:.0f}%) "
             f"| {s['schemas_with_validation_errors']} / {s['schemas_with_invalidation_errors']} "
-            f"| {s['validation_errors']} / {s['valid_run']} | {s['invalidation_errors']} / {s['invalid_run']} "
+            f"| {s['validation_errors']} / {s['valid_run']} | {_declared_cell(s)} "
+            f"| {s['invalidation_errors']} / {s['invalid_run']} "
             f"| {fmt(t[50])} / {fmt(t[90])} / {fmt(t[99])} "
             f"| {fmt(b[50])} / {fmt(b[95])} / {fmt(b[99])} / {fmt(b['max'])} | {s['masks']:,} "
             f"| {fmt(s['base_rss_mb'], 0)} / {fmt(s['peak_rss_mb'], 0)} |"
         )
     for engine, reason in unavailable.items():
-        out.append(f"| {engine} | – | not available: {reason} | | | | | | | | | |")
+        out.append(f"| {engine} | – | not available: {reason} | | | | | | | | | | |")
     if common and common["schemas"]:
         out += ["", f"On the {common['schemas']} schemas every engine above compiled (same schemas for all):", "",
                 "| engine | passing | TTFM p50 / p90 / p99 (ms) | TBM p50 / p99 (µs) |", "|---|---:|---:|---:|"]
@@ -881,6 +1039,34 @@ def label_disagreements(entries: list[dict], tests_by_schema: list[list[dict]],
                 out.append({"schema": entry["name"], "test": ti, "description": test["description"],
                             "label_valid": test["valid"], "engines": sorted(verdicts)})
     return out
+
+
+def declared_note(summaries: list[dict[str, Any]], tests_by_schema: list[list[dict]]) -> str:
+    """The note on the second validation count, in the declared key order, with its figures."""
+    differ = sum("declared_tokens" in t or "declared_skip" in t for tests in tests_by_schema for t in tests)
+    valid = sum(t["valid"] and "skip" not in t for tests in tests_by_schema for t in tests)
+    untokenised = sum("declared_skip" in t for tests in tests_by_schema for t in tests)
+    old = any(s["validation_errors_declared_order"] is None for s in summaries)
+    which = ("only the instances that read differently that way" if old else
+             f"{differ} of the {valid} valid instances (not skipped) read differently that way, and only those")
+    note = ("- Valid rejected in declared order: a second count, not a headline. The valid instances are written "
+            "again with each object's keys in the order constrain's compiler writes them (its documented semantics: "
+            "the schema's `properties` order, then names only `required`, then the rest in the instance's order; "
+            "`canonical_order` in benchmarks/maskbench_keyorder.py, shared with the conformance golden test); "
+            f"{which} are forced again (in the same worker, after the timed pass, untimed: TTFM, TBM and the "
+            "figures before it are those of the instance's own order); the others count as in the headline. An "
+            "engine that imposes the declared order rejects a valid instance written in another order by design; "
+            "this count shows what it rejects besides.")
+    if untokenised:
+        note += (f" {untokenised} declared-order text(s) did not round-trip through the tokenizer: "
+                 "counted as in the instance's own order.")
+    by_engine = [f"{s['engine']} {s['declared_incomplete']} schema(s)" for s in summaries if s["declared_incomplete"]]
+    if by_engine:
+        note += (" The declared-order pass did not finish (timeout, memory, crash or error; those instances count "
+                 "as in their own order) for: " + ", ".join(by_engine) + ".")
+    if old:
+        note += " –: records written before this count existed (e.g. older shards in a --merge)."
+    return note
 
 
 def unavailable_any(workers: dict[str, Worker]) -> bool:
@@ -978,7 +1164,9 @@ def main(argv: list[str] | None = None) -> int:
                 if rec["status"] == "ok":
                     c = classify(rec, tests)
                     bad = c["validation_errors"] + c["invalidation_errors"]
-                    line.append(f"{e} {1e3 * rec['ttfm_s']:.0f}ms" + (f" {bad} wrong" if bad else ""))
+                    declared = c["validation_errors_declared_order"] + c["invalidation_errors"]
+                    line.append(f"{e} {1e3 * rec['ttfm_s']:.0f}ms" + (f" {bad} wrong" if bad else "")
+                                + (f" ({declared} in declared order)" if declared != bad else ""))
                 else:
                     line.append(f"{e} {rec['status']}")
             if not args.quiet:
@@ -1035,6 +1223,11 @@ def merge(args: argparse.Namespace, files: list[Path]) -> int:
     report(args, command, runs[0]["started"], elapsed, load, entries, tests_by_schema, records, tbm_by_schema,
            workers, runs[0]["unavailable"])
     return 0
+
+
+def _count(tokens: list[int] | int) -> int:
+    """A token count (the JSON records keep counts, not the tokens)."""
+    return tokens if isinstance(tokens, int) else len(tokens)
 
 
 def report(args, command, started, elapsed, load_at_start, entries, tests_by_schema, records, tbm_by_schema, workers,
@@ -1100,6 +1293,7 @@ def report(args, command, started, elapsed, load_at_start, entries, tests_by_sch
         if at_key:
             notes.append(f"- {e}: {at_key} of its validation errors happen where a property name starts (its "
                          "property order, or a key it does not allow there).")
+    notes.append(declared_note(summaries, tests_by_schema))
     for s in summaries:
         if s["inconsistent"]:
             notes.append(f"- {s['engine']}: {s['inconsistent']} token(s) allowed by the mask but refused by advance.")
@@ -1128,7 +1322,10 @@ def report(args, command, started, elapsed, load_at_start, entries, tests_by_sch
                     "index": entry["index"],
                     "name": entry["name"],
                     "tests": [{"valid": t["valid"], "description": t["description"],
-                               "tokens": t["tokens"] if isinstance(t.get("tokens"), int) else len(t.get("tokens", [])), **({"skip": t["skip"]} if "skip" in t else {})}
+                               "tokens": _count(t.get("tokens", [])),
+                               **({"skip": t["skip"]} if "skip" in t else {}),
+                               **({"declared_tokens": _count(t["declared_tokens"])} if "declared_tokens" in t else {}),
+                               **({"declared_skip": t["declared_skip"]} if "declared_skip" in t else {})}
                               for t in tests],
                     "engines": {e: records[e][k] for e in live},
                 }

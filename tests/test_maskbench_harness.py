@@ -153,6 +153,32 @@ def test_classify_counts_both_kinds_of_error():
     assert (c["valid_run"], c["validation_errors"], c["invalid_run"], c["invalidation_errors"]) == (2, 1, 2, 1)
 
 
+def test_classify_counts_validation_errors_in_declared_order():
+    # 0: rejected in its own order, accepted in the declared one; 1: the same text both ways, rejected;
+    # 2: has a declared-order text but its pass did not finish (counted as in its own order); 3: declared order
+    # rejected too; 4: invalid (never re-checked)
+    tests = [{"valid": True, "declared_tokens": 5}, {"valid": True}, {"valid": True, "declared_tokens": 5},
+             {"valid": True, "declared_tokens": 5}, {"valid": False}]
+    rec = {"tests": [{"outcome": "rejected", "declared_order": {"outcome": "accepted"}}, {"outcome": "rejected"},
+                     {"outcome": "accepted"}, {"outcome": "rejected", "declared_order": {"outcome": "rejected"}},
+                     {"outcome": "rejected"}]}
+    c = mb.classify(rec, tests)
+    assert (c["validation_errors"], c["validation_errors_declared_order"]) == (3, 2)
+    assert (c["declared_checked"], c["declared_unchecked"], c["invalidation_errors"]) == (2, 1, 0)
+
+
+def test_tokenise_tests_declared_order_with_gemma(gemma_tokenizer, gemma_vocab):
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}
+    entry = {"schema": schema, "tests": [{"description": "own order", "valid": True, "data": {"b": 1, "a": 2}},
+                                         {"description": "declared", "valid": True, "data": {"a": 2, "b": 1}},
+                                         {"description": "invalid", "valid": False, "data": {"b": "x", "a": 2}}]}
+    tests = mb.tokenise_tests(entry, gemma_tokenizer, gemma_vocab)
+    assert gemma_vocab.decode(tests[0]["tokens"]) == b'{"b":1,"a":2}'
+    assert gemma_vocab.decode(tests[0]["declared_tokens"]) == b'{"a":2,"b":1}'
+    assert "declared_tokens" not in tests[1] and "declared_tokens" not in tests[2]
+    assert mb.has_declared(tests) and not mb.has_declared(tests[1:])
+
+
 def test_summary_markdown_and_label_disagreements():
     tests = [[{"valid": True, "description": "a"}, {"valid": False, "description": "b"}], [{"valid": True,
                                                                                             "description": "c"}]]
@@ -171,6 +197,16 @@ def test_summary_markdown_and_label_disagreements():
     text = mb.markdown([s], {"z": "missing"}, None, ["# head"], ["- note"])
     assert "| x 1 | 2 | 1 (50%) | 1 (0 / 0 / 1 / 0) | 0 (0%) |" in text
     assert "not available: missing" in text and text.endswith("- note")
+    # records without the declared-order pass (written before it existed): no second count, shown as "–"
+    assert s["validation_errors_declared_order"] is None and "| 0 / 1 | – | 1 / 1 |" in text
+    declared = [dict(ok, declared="ok", tests=[{"outcome": "rejected", "declared_order": {"outcome": "accepted"}},
+                                                {"outcome": "accepted"}]), {"status": "timeout"}]
+    tests[0][0]["declared_tokens"] = 3
+    s = mb.summarise("x", declared, tests, [1e-6], w)
+    assert (s["validation_errors"], s["validation_errors_declared_order"], s["declared_checked"]) == (1, 0, 1)
+    assert s["schemas_with_validation_errors_declared_order"] == 0 and s["declared_incomplete"] == 0
+    assert "| 1 / 1 | 0 / 1 | 1 / 1 |" in mb.markdown([s], {}, None, [], [])
+    assert "1 of the 2 valid instances" in mb.declared_note([s], tests)
 
 
 # -- worker processes: timeouts, crashes, memory, restarts -----------------------------------------------------------
@@ -199,6 +235,25 @@ def test_worker_timeout_crash_memory_and_restart(tmp_path):
     assert w.proc is None
 
 
+def test_worker_declared_order_pass_after_the_timed_record(tmp_path):
+    w = mb.Worker("debug", {}, tmp_path, max_rss_mb=400)
+    tests = [{"valid": True, "tokens": [5], "declared_tokens": [6, 7, 8]}, {"valid": True, "tokens": [5, 6]},
+             {"valid": False, "tokens": [7]}]
+    try:
+        for _ in range(2):  # the second job gets its own answer (the declared-order message was read, not left over)
+            r = w.run({"type": "job", "schema": {}, "tests": tests}, timeout=30)
+            assert r["status"] == "ok" and r["declared"] == "ok"
+            assert r["tests"][0]["declared_order"] == {"outcome": "accepted", "tokens": 3}
+            assert "declared_order" not in r["tests"][1] and "declared_order" not in r["tests"][2]
+            assert len(r["tbm"]) == 2 + 3  # the timed pass only: the declared-order masks are not timed
+        r = w.run({"type": "job", "schema": {"x-debug": "refuse"}, "tests": tests}, timeout=30)
+        assert r["status"] == "refused" and "declared" not in r
+        r = w.run({"type": "job", "schema": {}, "tests": tests[1:]}, timeout=30)
+        assert r["status"] == "ok" and r["declared"] == "ok" and w.starts == 1
+    finally:
+        w.stop()
+
+
 # -- end to end ------------------------------------------------------------------------------------------------------
 
 
@@ -221,3 +276,23 @@ def test_end_to_end_llguidance_three_schemas(tmp_path, capsys):
             assert len(rec["tests"]) == len(schema["tests"]) and rec["ttfm_s"] > 0
     s = data["summary"][0]
     assert s["schemas"] == 3 and s["compiled"] + s["compile_errors"] == 3 and s["peak_rss_mb"] > 0
+
+
+@pytest.mark.slow
+@needs_data
+def test_end_to_end_constrain_declared_order(tmp_path, capsys):
+    # valid instances whose keys come in another order than the schema's: constrain rejects them as written (its
+    # documented property order), and accepts every one of them in the declared order
+    out = tmp_path / "mb.json"
+    assert mb.main(["--names", "Github_easy---o90953.json", "--engines", "constrain", "--timeout", "120",
+                    "--json-out", str(out), "--quiet"]) == 0
+    table = capsys.readouterr().out
+    s = json.loads(out.read_text())["summary"][0]
+    assert s["compiled"] == 1 and s["valid_run"] == 2
+    assert s["validation_errors"] == 2 and s["declared_checked"] == 2
+    assert s["validation_errors_declared_order"] == 0 and s["declared_incomplete"] == 0
+    assert "| 2 / 2 | 0 / 2 |" in table and "2 of the 2 valid instances" in table
+    # TBM is the timed pass's only: a mask per token read up to each rejection (and none of the declared order's)
+    rec = json.loads(out.read_text())["schemas"][0]["engines"]["constrain"]
+    valid = [t for t, d in zip(rec["tests"], json.loads(out.read_text())["schemas"][0]["tests"]) if d["valid"]]
+    assert s["masks"] == sum(t["at"] + 1 for t in valid) == len(rec["tbm_us"])
