@@ -924,32 +924,45 @@ def _bfs_order(trans, block_of, num_blocks):
 
 @njit(cache=True)
 def column_classes(trans):
-    """Columns of ``trans`` (bytes, symbols) that are identical form a class (hash, then verify exactly): one
-    representative column per class, and each column's class."""
+    """Columns of ``trans`` (bytes, symbols) that are identical form a class: one representative column per
+    class, and each column's class. Columns are hashed and compared row by row (the table is row-major, so
+    reading it by columns would miss the cache on every cell); a hash collision falls back to exact search."""
     n, width = trans.shape
-    hashes = np.empty(width, dtype=np.uint64)
+    hashes = np.full(width, np.uint64(1469598103934665603), dtype=np.uint64)
+    for s in range(n):
+        for b in range(width):
+            hashes[b] = (hashes[b] ^ np.uint64(trans[s, b] + 2)) * np.uint64(1099511628211)
+    first = np.empty(width, dtype=np.int64)  # the first column with the same hash
     for b in range(width):
-        h = np.uint64(1469598103934665603)
-        for s in range(n):
-            h = (h ^ np.uint64(trans[s, b] + 2)) * np.uint64(1099511628211)
-        hashes[b] = h
+        first[b] = b
+        for c in range(b):
+            if hashes[c] == hashes[b]:
+                first[b] = c
+                break
+    same = np.ones(width, dtype=np.bool_)
+    for s in range(n):
+        for b in range(width):
+            if trans[s, b] != trans[s, first[b]]:
+                same[b] = False
     reps = np.empty(width, dtype=np.int64)
     class_of = np.empty(width, dtype=np.int64)
     num = 0
     for b in range(width):
+        if first[b] != b and same[b]:
+            class_of[b] = class_of[first[b]]
+            continue
         found = -1
-        for r in range(num):
-            other = reps[r]
-            if hashes[other] != hashes[b]:
-                continue
-            same = True
-            for s in range(n):
-                if trans[s, b] != trans[s, other]:
-                    same = False
+        if first[b] != b:  # a collision: compare with every class exactly
+            for r in range(num):
+                other = reps[r]
+                equal = True
+                for s in range(n):
+                    if trans[s, b] != trans[s, other]:
+                        equal = False
+                        break
+                if equal:
+                    found = r
                     break
-            if same:
-                found = r
-                break
         if found < 0:
             reps[num] = b
             found = num

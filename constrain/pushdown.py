@@ -64,9 +64,9 @@ class Machine:
     @classmethod
     def from_pushdown(cls, pushdown: Pushdown) -> Machine:
         offsets = np.cumsum([0] + [dfa.num_states for dfa in pushdown.rules])
-        trans = np.concatenate(
-            [np.where(dfa.trans >= 0, dfa.trans + off, -1) for dfa, off in zip(pushdown.rules, offsets)]
-        ).astype(np.int32)
+        trans = np.empty((int(offsets[-1]), 256), dtype=np.int32)
+        for dfa, off in zip(pushdown.rules, offsets):
+            _shifted_into(trans, np.ascontiguousarray(dfa.trans, dtype=np.int32), int(off))
         accepting = np.concatenate([dfa.accepting for dfa in pushdown.rules])
         counts, starts, returns = [], [], []
         for dfa, off in zip(pushdown.rules, offsets):
@@ -76,7 +76,7 @@ class Machine:
             returns.append(off + dfa.calls[state, column])
         ptr = np.concatenate([[0], np.cumsum(np.concatenate(counts))])
         return cls(
-            np.ascontiguousarray(trans),
+            trans,
             np.ascontiguousarray(accepting),
             ptr.astype(np.int64),
             np.concatenate(starts).astype(np.int32),
@@ -205,6 +205,15 @@ class Machine:
         return pops[:count]
 
 
+@njit(cache=True, nogil=True)
+def _shifted_into(out, table, offset):
+    """Copy a rule's transition ``table`` into the global one at row ``offset``, its targets moved there too."""
+    for i in range(table.shape[0]):
+        for j in range(table.shape[1]):
+            t = table[i, j]
+            out[offset + i, j] = t + offset if t >= 0 else -1
+
+
 def _entry_bytes(entry: tuple[np.ndarray, np.ndarray]) -> int:
     return entry[0].nbytes + entry[1].nbytes
 
@@ -223,7 +232,7 @@ class LexicalMasks:
     """
 
     #: Bumped whenever what a walk records changes, so stale files on disk are never read.
-    FORMAT = 4
+    FORMAT = 5
     _stores: dict[str, LexicalMasks] = {}
     _stores_lock = threading.Lock()
     #: Bytes of walks kept in memory per vocabulary (the disk keeps the rest).
@@ -255,7 +264,8 @@ class LexicalMasks:
         self._entries = BoundedCache(self.MAX_BYTES)  # bounded-language hash -> (words, pop ranges)
         self._lenders: dict[tuple[int, int], int] = {}  # (hash after the first byte, first-node index) -> walk
         self._lock = threading.Lock()
-        self.persist_min_tokens = max(1, vocab.size // 16)
+        # Reading a walk back costs about what walking a few thousand tokens does: only large walks are saved.
+        self.persist_min_tokens = max(1, vocab.size // 4)
 
     @classmethod
     def of(cls, vocab: Vocabulary) -> LexicalMasks:
@@ -366,6 +376,10 @@ class PushdownMasks(MaskCache):
     on that frame's state alone: they are walked once per state and kept (with the trie nodes where the frame
     could return) in a cache shared by every configuration. Only the rest, the tokens that cross a return, are
     walked for the actual caller, and only below those recorded nodes.
+
+    The mask of one stack is kept too when its top is lexical or it shares a position with other stacks: a
+    lexical top's walk depends only on its bounded language, so the counted positions of a long string (one
+    state each, one language) share one stack mask, and a set of stacks is the union of its stacks' masks.
     """
 
     def __init__(
@@ -374,7 +388,8 @@ class PushdownMasks(MaskCache):
         super().__init__(vocab, cache_bytes=cache_bytes // 2)
         self.rules = pushdown.rules
         self.machine = machine
-        self._local = BoundedCache(cache_bytes // 2)  # state -> (words, pop ranges)
+        self._local = BoundedCache(cache_bytes // 4)  # state -> (words, pop ranges)
+        self._stacks = BoundedCache(cache_bytes // 4)  # (frames below, top's walk key) -> words
         self._lexical = LexicalMasks.of(vocab)
         self._hashes = np.zeros(machine.trans.shape[0], dtype=np.uint64)
         self._hashed = np.zeros(len(machine.rule_start), dtype=bool)
@@ -413,11 +428,26 @@ class PushdownMasks(MaskCache):
     def _walk(self, configs: Configs, words: np.ndarray) -> None:
         # Expanding first makes every pushed rule a top of its own, so a lexical rule entered right here (a
         # string where a value starts) is served from its shared walk instead of being walked again.
-        for stack in self.machine.closure(configs):
-            local_words, ranges = self.local(stack[-1])
-            words |= local_words
-            if len(stack) > 1 and len(ranges):
+        stacks = self.machine.closure(configs)
+        for stack in stacks:
+            top = stack[-1]
+            local_words, ranges = self.local(top)
+            if len(stack) == 1 or not len(ranges):
+                words |= local_words
+                continue
+            rule, _ = self.machine.locate(top)
+            lexical = bool(self.machine.call_free[rule])
+            if not lexical and len(stacks) == 1:  # the configuration's own cache holds this mask
+                words |= local_words
                 self.machine.walk((stack[:-1],), self.vocab.trie, words, ranges)
+                continue
+            key = (stack[:-1], int(self._rule_hashes(rule)[top])) if lexical else stack
+            stack_words = self._stacks.get(key)
+            if stack_words is None:
+                stack_words = local_words.copy()
+                self.machine.walk((stack[:-1],), self.vocab.trie, stack_words, ranges)
+                self._stacks.put(key, stack_words, stack_words.nbytes)
+            words |= stack_words
 
     def _accepting(self, configs: Configs) -> bool:
         return self.machine.can_end(configs)

@@ -4018,14 +4018,17 @@ def _prune(expr: Expr, ok: set[str]) -> Expr | None:
 
 
 def _rename(expr: Expr, alias: Mapping[str, str]) -> Expr:
+    """``expr`` with its calls renamed; an unchanged subtree is the same object (it keeps its cached hash)."""
     if isinstance(expr, Ref):
-        return Ref(alias.get(expr.rule, expr.rule))
-    if isinstance(expr, Seq):
-        return Seq(tuple(_rename(x, alias) for x in expr.items))
-    if isinstance(expr, Alt):
-        return Alt(tuple(_rename(x, alias) for x in expr.items))
+        return Ref(alias[expr.rule]) if expr.rule in alias else expr
+    if isinstance(expr, (Seq, Alt)):
+        items = tuple(_rename(x, alias) for x in expr.items)
+        if all(a is b for a, b in zip(items, expr.items)):
+            return expr
+        return Seq(items) if isinstance(expr, Seq) else Alt(items)
     if isinstance(expr, Repeat):
-        return Repeat(_rename(expr.item, alias), expr.min, expr.max)
+        item = _rename(expr.item, alias)
+        return expr if item is expr.item else Repeat(item, expr.min, expr.max)
     return expr
 
 
