@@ -4047,13 +4047,13 @@ def _options(expr: Expr) -> list[Expr]:
     return list(expr.items) if isinstance(expr, Alt) else [expr]
 
 
-def _reachable(rules: dict[str, Expr], start: str) -> dict[str, Expr]:
-    """The rules ``start`` calls, directly or not (and itself), in their order; calls to undefined rules (a
-    recursion found unsatisfiable) are left to pruning."""
+def _reachable(rules: dict[str, Expr], start: str, refs: Mapping[str, set[str]]) -> dict[str, Expr]:
+    """The rules ``start`` calls, directly or not (and itself), in their order (``refs``: each rule's calls);
+    calls to undefined rules (a recursion found unsatisfiable) are left to pruning."""
     keep = {start}
     work = [start]
     while work:
-        for r in _refs(rules[work.pop()], set()):
+        for r in refs[work.pop()]:
             if r not in keep and r in rules:
                 keep.add(r)
                 work.append(r)
@@ -4061,21 +4061,31 @@ def _reachable(rules: dict[str, Expr], start: str) -> dict[str, Expr]:
 
 
 def _finalize(rules: dict[str, Expr], start: str) -> tuple[dict[str, Expr], str]:
-    rules = _reachable(rules, start)  # first: branches inline their options' bodies, often leaving those unused
+    refs = {name: _refs(body, set()) for name, body in rules.items()}
+    rules = _reachable(rules, start, refs)  # first: branches inline their options' bodies, often leaving those unused
+    callers: dict[str, list[str]] = defaultdict(list)
+    for name in rules:
+        for r in refs[name]:
+            callers[r].append(name)
     ok: set[str] = set()
-    changed = True
-    while changed:
-        changed = False
-        for name, body in rules.items():
-            if name not in ok and _productive(body, ok):
-                ok.add(name)
-                changed = True
+    work = list(rules)  # a rule is looked at again only when a rule it calls turns out productive
+    while work:
+        name = work.pop()
+        if name not in ok and _productive(rules[name], ok):
+            ok.add(name)
+            work.extend(c for c in callers[name] if c not in ok)
     if start not in ok:
         raise _Unsatisfiable(
             "unsatisfiable: no finite JSON value satisfies the schema (every value needs a recursion that never ends)",
             "",
         )
-    rules = {name: _prune(body, ok) for name, body in rules.items() if name in ok}
+    pruned: dict[str, Expr] = {}
+    for name, body in rules.items():
+        if name in ok:
+            pruned[name] = _prune(body, ok)
+            if pruned[name] is not body:
+                refs[name] = _refs(pruned[name], set())
+    rules = pruned
     # Alias cycles (A = B | x, B = A | y): each rule of the cycle means the union of their other options.
     alias_edges = {
         name: {o.rule for o in _options(body) if isinstance(o, Ref) and o.rule in rules} for name, body in rules.items()
@@ -4090,6 +4100,7 @@ def _finalize(rules: dict[str, Expr], start: str) -> tuple[dict[str, Expr], str]
                     union.append(o)
         for name in comp:
             rules[name] = union[0] if len(union) == 1 else Alt(tuple(union))
+            refs[name] = _refs(rules[name], set())
     # aliases
     alias: dict[str, str] = {}
     for name, body in rules.items():
@@ -4106,8 +4117,17 @@ def _finalize(rules: dict[str, Expr], start: str) -> tuple[dict[str, Expr], str]
     final_alias = {name: target(name) for name in alias}
     start = final_alias.get(start, start)
     if final_alias:
-        rules = {name: _rename(body, final_alias) for name, body in rules.items() if name not in final_alias}
-    return _reachable(rules, start), start
+        renamed: dict[str, Expr] = {}
+        for name, body in rules.items():
+            if name in final_alias:
+                continue
+            if refs[name].isdisjoint(final_alias):
+                renamed[name] = body
+            else:
+                renamed[name] = _rename(body, final_alias)
+                refs[name] = {final_alias.get(r, r) for r in refs[name]}
+        rules = renamed
+    return _reachable(rules, start, refs), start
 
 
 def _sccs(graph: Mapping[str, set[str]]) -> list[set[str]]:
