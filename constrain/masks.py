@@ -61,8 +61,8 @@ def walk_bytes(trans, state, data, start, end):
 class MaskCache:
     """Masks of one automaton over one vocabulary, cached per state (LRU, bounded in bytes, thread-safe).
 
-    Subclasses say how to walk the trie from a state (:meth:`_walk`) and whether a state may end the text
-    (:meth:`_accepting`, which adds the end-of-sequence bits). States must be hashable.
+    Subclasses say how to walk the trie from a state and whether it may end the text (:meth:`_walk`; ending adds
+    the end-of-sequence bits). States must be hashable.
     """
 
     def __init__(self, vocab: Vocabulary, *, cache_bytes: int = DEFAULT_CACHE_BYTES):
@@ -75,17 +75,14 @@ class MaskCache:
         self._cache: OrderedDict[Hashable, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
 
-    def _walk(self, state: Hashable, words: np.ndarray) -> None:
-        raise NotImplementedError
-
-    def _accepting(self, state: Hashable) -> bool:
+    def _walk(self, state: Hashable, words: np.ndarray) -> bool:
+        """Set in ``words`` the bits of the tokens ``state`` can read; return whether it may end the text."""
         raise NotImplementedError
 
     def compute(self, state: Hashable) -> np.ndarray:
         """The mask of ``state`` as read-only int32 words, computed now (uncached)."""
         words = np.zeros(self.width, dtype=np.uint32)
-        self._walk(state, words)
-        if self._accepting(state):
+        if self._walk(state, words):
             words |= self._eos_words
         mask = words.view(np.int32)
         mask.flags.writeable = False
@@ -130,12 +127,10 @@ class StateMasks(MaskCache):
         if dfa.num_states <= min(EAGER_STATES, self._max_entries):
             self._eager = [self.compute(state) for state in range(dfa.num_states)]
 
-    def _walk(self, state: int, words: np.ndarray) -> None:
+    def _walk(self, state: int, words: np.ndarray) -> bool:
         trie = self.vocab.trie
         stack = np.empty(self._stack_size, dtype=np.int32)  # one per call: threads may compute masks at once
         walk_trie(self._flat_trans, state, trie.node_key, trie.node_next, trie.node_token_ptr, trie.token_ids, stack, words)
-
-    def _accepting(self, state: int) -> bool:
         return bool(self.dfa.accepting[state])
 
     def get(self, state: int) -> np.ndarray:

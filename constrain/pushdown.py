@@ -18,6 +18,7 @@ from functools import cached_property
 import os
 import tempfile
 import threading
+from bisect import bisect_right
 
 import numpy as np
 from numba import njit
@@ -90,10 +91,15 @@ class Machine:
         """Per state: True when its closure is itself (it can neither call nor return)."""
         return (self.call_ptr[1:] == self.call_ptr[:-1]) & ~self.accepting
 
+    @cached_property
+    def _rule_starts(self) -> list[int]:
+        return self.rule_start.tolist()
+
     def locate(self, state: int) -> tuple[int, int]:
         """(rule index, state within that rule's DFA) of a global state."""
-        rule = int(np.searchsorted(self.rule_start, state, side="right")) - 1
-        return rule, state - int(self.rule_start[rule])
+        starts = self._rule_starts
+        rule = bisect_right(starts, state) - 1
+        return rule, state - starts[rule]
 
     def rule_states(self, rule: int) -> slice:
         """The global states of one rule."""
@@ -153,7 +159,11 @@ class Machine:
 
     def can_end(self, configs: Configs) -> bool:
         """Whether the text so far is a complete match: some configuration closes down to an accepting bottom."""
-        return any(len(s) == 1 and self.accepting[s[0]] for s in self.closure(configs))
+        return self.closed_can_end(self.closure(configs))
+
+    def closed_can_end(self, stacks: list[Stack]) -> bool:
+        """:meth:`can_end` of configurations already expanded by :meth:`closure`."""
+        return any(len(s) == 1 and self.accepting[s[0]] for s in stacks)
 
     # -- masks ---------------------------------------------------------------------------------------------------
 
@@ -212,6 +222,22 @@ def _shifted_into(out, table, offset):
         for j in range(table.shape[1]):
             t = table[i, j]
             out[offset + i, j] = t + offset if t >= 0 else -1
+
+
+_NO_RANGES = np.zeros((0, 3), dtype=np.int64)
+_NO_RANGES.flags.writeable = False
+
+
+def _pop_ranges(trie, pops: np.ndarray) -> np.ndarray:
+    """Read-only rows (first node, end node, depth read) of the trie subtrees below the pop nodes ``pops``."""
+    if not len(pops):
+        return _NO_RANGES
+    ranges = np.empty((len(pops), 3), dtype=np.int64)
+    ranges[:, 0] = pops + 1
+    ranges[:, 1] = trie.node_next[pops]
+    ranges[:, 2] = trie.node_depth[pops]
+    ranges.flags.writeable = False
+    return ranges
 
 
 def _entry_bytes(entry: tuple[np.ndarray, np.ndarray]) -> int:
@@ -332,8 +358,7 @@ class LexicalMasks:
             self._small_words, trie.node_key, trie.node_next, trie.node_token_ptr, trie.token_ids, self.depth, words,
             pops,
         )  # fmt: skip
-        pops = pops[:num_pops]
-        rows = [np.stack([pops + 1, trie.node_next[pops], trie.node_depth[pops]], axis=1).astype(np.int64)]
+        rows = [_pop_ranges(trie, pops[:num_pops])]
         for slot, (_, lender_ranges) in enumerate(lenders):
             if len(lender_ranges):
                 subtree = np.searchsorted(self.first_nodes, lender_ranges[:, 0] - 1, side="right") - 1
@@ -419,13 +444,10 @@ class PushdownMasks(MaskCache):
     def _local_walk(self, state: int) -> tuple[np.ndarray, np.ndarray]:
         words = np.zeros(self.width, dtype=np.uint32)
         pops = self.machine.walk(((state,),), self.vocab.trie, words, record_pops=True, closed=True)
-        trie = self.vocab.trie
-        ranges = np.stack([pops + 1, trie.node_next[pops], trie.node_depth[pops]], axis=1).astype(np.int64)
         words.flags.writeable = False
-        ranges.flags.writeable = False
-        return words, ranges
+        return words, _pop_ranges(self.vocab.trie, pops)
 
-    def _walk(self, configs: Configs, words: np.ndarray) -> None:
+    def _walk(self, configs: Configs, words: np.ndarray) -> bool:
         # Expanding first makes every pushed rule a top of its own, so a lexical rule entered right here (a
         # string where a value starts) is served from its shared walk instead of being walked again.
         stacks = self.machine.closure(configs)
@@ -448,9 +470,7 @@ class PushdownMasks(MaskCache):
                 self.machine.walk((stack[:-1],), self.vocab.trie, stack_words, ranges)
                 self._stacks.put(key, stack_words, stack_words.nbytes)
             words |= stack_words
-
-    def _accepting(self, configs: Configs) -> bool:
-        return self.machine.can_end(configs)
+        return self.machine.closed_can_end(stacks)
 
 
 class GrammarStructure(CompiledStructure):
