@@ -1647,6 +1647,10 @@ class _Document:
         self.resolvers: dict[str, Any] = {"": self.root_resolver}
         self.synthetic: dict[str, Any] = {}
         self._validator = None
+        #: Per (pointer, negated keyword): the schema a part means and its JSON text when it refers to nothing.
+        self._standalone: dict[tuple[str, tuple | None], tuple[Any, str] | None] = {}
+        #: Verdicts by (schema text, instance text), for parts that refer to nothing.
+        self._verdicts: dict[tuple[str, str], bool] = {}
 
     def _crawl(self, embedded: list[tuple[Mapping, str]]) -> Any:
         """The registry of the document's resources and anchors (what ``$ref`` URIs name).
@@ -1688,9 +1692,10 @@ class _Document:
         if hit is not self:
             return hit
         root_ptr, node = "", self.schema
-        for key in self.synthetic:
-            if ptr.startswith(key + "/") and len(key) > len(root_ptr):
-                root_ptr, node = key, self.synthetic[key]
+        if "/~s" in ptr:  # under a synthetic node (each is named origin/~sN)
+            for key in self.synthetic:
+                if ptr.startswith(key + "/") and len(key) > len(root_ptr):
+                    root_ptr, node = key, self.synthetic[key]
         for token in ptr[len(root_ptr) :].split("/")[1:]:
             token = token.replace("~1", "/").replace("~0", "~")
             if isinstance(node, Mapping):
@@ -1833,12 +1838,55 @@ class _Document:
 
     def is_valid(self, parts: Sequence[_Part], value: Any) -> bool:
         validator = self.validator()
+        instance = None
         for part in parts:
             _check_time(part.ptr)  # jsonschema's own time is unbounded: a large enum against a large schema
-            schema = self.validation_schema(part)
-            if not validator.evolve(schema=schema).is_valid(value):
+            standalone = self.standalone(part)
+            if standalone is None:
+                if not validator.evolve(schema=self.validation_schema(part)).is_valid(value):
+                    return False
+                continue
+            schema, text = standalone
+            instance = instance if instance is not None else json.dumps(value)
+            verdict = self._verdicts.get((text, instance))
+            if verdict is None:
+                verdict = self._verdicts[(text, instance)] = validator.evolve(schema=schema).is_valid(value)
+            if not verdict:
                 return False
         return True
+
+    def standalone(self, part: _Part) -> tuple[Any, str] | None:
+        """What ``part`` means as a schema of its own, and its JSON text, when it holds no reference (nor a
+        ``$schema`` of its own): then validating against it directly is the same as through a ``$ref`` to its
+        pointer, without a lookup through the document, and equal texts (a bundled schema that inlines its
+        definitions repeats them at many pointers) give equal verdicts, so they are asked once."""
+        key = (part.ptr, part.neg)
+        if key in self._standalone:
+            return self._standalone[key]
+        if part.neg is not None:
+            schema = {"not": self.keyword_schema(part)}
+        elif self.is_synthetic(part.ptr):
+            schema = self._inline(self.node(part.ptr))
+        else:
+            schema = self.node(part.ptr)
+        found = None if _refers(schema) else (schema, json.dumps(schema, sort_keys=True))
+        self._standalone[key] = found
+        return found
+
+
+def _refers(schema: Any) -> bool:
+    """Whether ``schema`` holds a reference or a dialect of its own anywhere (property names and enum values
+    included: a conservative answer)."""
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            if any(k in node for k in ("$ref", "$dynamicRef", "$recursiveRef", "$schema")):
+                return True
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return False
 
 
 # ==============================================================================================================
@@ -1953,6 +2001,9 @@ class _Compiler:
         self.unsat: dict[Any, _Unsatisfiable] = {}
         self.notes: list[str] = []
         self.names: set[str] = set()
+        #: The next suffix to try per name base: bases cut at 80 characters repeat (many branches under one long
+        #: pointer), and probing ``#2, #3...`` from the start each time is quadratic in their number.
+        self._name_next: dict[str, int] = {}
         self._search_cache: dict[str, _CDFA] = {}
         self._in_place: dict[str, set[str]] = {}
         self._disjoint_cache: dict[tuple, bool] = {}
@@ -2168,10 +2219,12 @@ class _Compiler:
         base = "schema:" + (base if len(base) <= 80 else base[:77] + "...")
         if depth is not None:
             base += f"@{depth}"
-        name, i = base, 1
+        i = self._name_next.get(base, 1)  # every name below it is in self.names, which only grows
+        name = base if i == 1 else f"{base}#{i}"
         while name in self.names or name in self.rules:
             i += 1
             name = f"{base}#{i}"
+        self._name_next[base] = i + 1
         self.names.add(name)
         if len(self.names) > MAX_RULES:
             raise JsonSchemaError(f"the schema needs more than {MAX_RULES:,} grammar rules", "", None)
