@@ -86,3 +86,122 @@ def test_the_time_limit_running_out_inside_a_guarded_call_is_reported_as_the_tim
     monkeypatch.setattr(json_schema._Compiler, "search", expired(json_schema._Compiler.search))
     with pytest.raises(JsonSchemaError, match=r"takes longer than time_limit=60 s"):
         schema_to_grammar(schema, time_limit=60)
+
+
+# -- constructs that used to run past the time limit: compiled in time, and exactly ---------------------------
+
+
+def _accepts(m, text: str) -> bool:
+    configs = m.read(m.start, text.encode())
+    return bool(configs) and m.can_end(configs)
+
+
+def _check_against_jsonschema(schema: dict, instances: list) -> None:
+    import json
+
+    import jsonschema
+
+    from constrain.grammar import build_pushdown
+    from constrain.pushdown import Machine
+
+    started = time.process_time()
+    grammar, _ = schema_to_grammar(schema)
+    assert time.process_time() - started < DEFAULT_TIME_LIMIT / 2
+    m = Machine.from_pushdown(build_pushdown(grammar))
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    for value in instances:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        assert _accepts(m, text) == validator.is_valid(value), (value, validator.is_valid(value))
+
+
+def test_a_pattern_with_a_long_length_bound_is_exact():
+    """Github_medium---o17563: the pattern's automaton times 200 characters took seconds as code-point blocks
+    (5 s on a loaded machine); it is now one byte automaton counted at the byte level."""
+    schema = {"type": "string", "pattern": ".+[@].+[.]___", "minLength": 10, "maxLength": 200}
+    tail = "a@b.___"
+    _check_against_jsonschema(
+        schema,
+        [
+            "xx" + tail, "xxx" + tail, "x" * 193 + tail, "x" * 194 + tail, "é" * 193 + tail, "😀" * 194 + tail,
+            '"\\\n' * 64 + "\u0001" + tail, '"\\\n' * 65 + tail, "\n" * 10 + tail, "\n" * 9 + "a" + tail,
+            "x" * 20 + "a@b.__", "@" * 30, "x@" + "\n" + ".___" * 3, 3,
+        ],
+    )  # fmt: skip
+
+
+def test_a_pattern_with_only_a_minimum_length_is_exact():
+    """A pattern with minLength and no maxLength was refused whenever the product passed 400 states; the counter
+    now saturates at the bound."""
+    schema = {"type": "string", "pattern": "^[a-z\\n]+[0-9]$", "minLength": 300}
+    _check_against_jsonschema(
+        schema,
+        ["a" * 298 + "1", "a" * 299 + "1", "\n" * 299 + "1", "a" * 1000 + "9", "é" * 299 + "1", "a" * 300, ""],
+    )
+
+
+def test_an_unsatisfiable_pattern_and_length_names_the_bound():
+    with pytest.raises(JsonSchemaError) as info:
+        schema_to_grammar({"type": "string", "pattern": "^a{5}$", "maxLength": 3})
+    assert info.value.pointer == "/maxLength"
+
+
+def test_a_repeated_class_of_many_code_points_sorts_its_ranges_once(monkeypatch):
+    """Github_hard---o79409: a class spelled with ~14,000 code points repeated {1,200} sorted them once per
+    copy, most of the time limit."""
+    from constrain.compilers import regex
+
+    original = regex.code_point_ranges
+    calls = []
+
+    def counted(code_points):
+        calls.append(1)
+        return original(code_points)
+
+    monkeypatch.setattr(regex, "code_point_ranges", counted)
+    dfa = regex.regex_to_dfa.__wrapped__("[\u00c0-\u024f\u4e00-\u9fd5a-z]{1,120}")
+    assert len(calls) == 1
+    data = ("é" * 60 + "中" * 60).encode()
+    state = 0
+    for byte in data:
+        state = dfa.trans[state, byte]
+    assert dfa.accepting[state] and dfa.trans[state, ord("a")] == -1
+
+
+def test_enum_values_in_a_bundled_schema_are_validated_once_per_subschema_text(monkeypatch):
+    """JsonSchemaStore---cityjson.min: a bundle inlines its definitions, so one subschema text recurs at hundreds
+    of pointers, and each enum value was validated at each through a ``$ref`` walk of the whole document. A part
+    without references is now validated directly, once per text; one with a reference still goes through it."""
+    from constrain.compilers import json_schema
+
+    evaluated = []
+    original = json_schema._Document.validator
+
+    def counting(self):
+        validator = original(self)
+
+        class Counting:
+            def evolve(self, schema):
+                inner = validator.evolve(schema=schema)
+
+                class Checked:
+                    def is_valid(self, value):
+                        evaluated.append(value)
+                        return inner.is_valid(value)
+
+                return Checked()
+
+        return Counting()
+
+    monkeypatch.setattr(json_schema._Document, "validator", counting)
+    member = {"type": "string", "enum": ["a", "bb", "ccc", "dddd"], "minLength": 2}
+    schema = {
+        "type": "object",
+        "properties": {f"p{i}": dict(member) for i in range(30)},
+        "$defs": {"short": {"maxLength": 3}},
+    }
+    schema["properties"]["r"] = {"enum": ["a", "bb", "ccc", "dddd"], "$ref": "#/$defs/short"}
+    values = [{"p0": v, "p29": w, "r": x} for v in ("a", "bb", "dddd") for w in ("ccc", "e") for x in ("a", "dddd")]
+    _check_against_jsonschema(schema, values)
+    # 4 values for the 30 equal texts together (120 before); for "r", 4 through its own node (it holds a $ref, so
+    # goes through the document) and 3 against /$defs/short (what the first check let through)
+    assert len(evaluated) == 4 + 4 + 3

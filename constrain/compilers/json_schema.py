@@ -138,9 +138,6 @@ MAX_REGEX_CHARS = 60_000
 MAX_AUTOMATON_STATES = 4_000
 #: States of one byte automaton handed to the grammar (a string's pattern with its bounds, keys, number forms).
 MAX_BYTE_STATES = 8_000
-#: A pattern/format automaton times a length bound up to this many states is combined into one regex; larger
-#: combinations are cut into blocks (see ``length_blocks``).
-MAX_LENGTH_PRODUCT = 400
 #: Most grammar rules one schema may produce.
 MAX_RULES = 20_000
 #: Seconds a schema may take to lower to a grammar before it is refused (``time_limit``).
@@ -774,6 +771,85 @@ def _key_except_dfa(names: tuple[str, ...]) -> ByteDFA:
             trans[node, byte] = child
     accepting = np.concatenate([string.accepting[state_of] & ~np.array(ends), string.accepting])
     return ByteDFA(trans, accepting).reduced()
+
+
+#: Most states of a pattern/format automaton with a length bound handed to the grammar as one automaton: as many
+#: as the blocks of fixed-length rules (``blocks_of``) may use together, which one automaton beats on compile and
+#: mask time alike, its states far from the bound sharing their walks (measured on ``.+[@].+[.]___`` up to 200).
+MAX_COUNTED_BYTE_STATES = 4 * MAX_BYTE_STATES
+#: Most states of the byte-level product of a pattern with a character counter before it is minimised (its
+#: table is states x 256 int32, 32 MiB at this size).
+MAX_COUNTED_STATES = 1 << 15
+
+
+def _escape_tracker() -> tuple[np.ndarray, np.ndarray]:
+    """Where a canonical JSON string body is within its current character, read byte by byte: state 0 between
+    characters (or inside a UTF-8 sequence), 1 after a backslash, 2-5 after ``\\u`` and 0-3 hex digits. Returns
+    ``(next, starts)``, both (6, 256): the next state, and whether the byte read there begins a character (not a
+    UTF-8 continuation byte, nor inside an escape). A body's bytes fix it, so it runs beside any body automaton."""
+    nxt = np.zeros((6, 256), dtype=np.int32)
+    nxt[0, 0x5C] = 1
+    nxt[1, ord("u")] = 2
+    nxt[2:5] = np.arange(3, 6, dtype=np.int32)[:, None]
+    starts = np.zeros((6, 256), dtype=np.int32)
+    starts[0] = 1
+    starts[0, 0x80:0xC0] = 0
+    return nxt, starts
+
+
+_TRACKER = _escape_tracker()
+
+
+def _counted_dfa(d: _CDFA, lo: int, hi: int | None, quoted: bool = False) -> ByteDFA:
+    """The canonical JSON string bodies (between double quotes when ``quoted``) that decode to a string of ``d``
+    with ``lo`` to ``hi`` code points (``hi=None``: at least ``lo``), as a minimal byte DFA.
+
+    Built once at the byte level rather than as a product over code points written back as blocks: the body
+    automaton of ``d`` runs beside :data:`_TRACKER`, which says which bytes begin a character, and a counter
+    0..K (saturating at K when unbounded) is laid over the pairs as one numpy table; the numba minimiser then
+    folds it. Raises _TooLarge past :data:`MAX_COUNTED_STATES` states before minimising."""
+    body = d.encode_json().to_byte_dfa()
+    track_next, track_starts = _TRACKER
+    # the reachable (body state, tracker state) pairs, numbered from the start; a pair is coded e * 6 + t
+    index = {0: 0}
+    order = [(0, 0)]
+    rows: list[np.ndarray] = []
+    for e, t in order:
+        row_e = body.trans[e]
+        codes, where = np.unique(np.where(row_e >= 0, row_e * 6 + track_next[t], DEAD), return_inverse=True)
+        ids = np.empty(len(codes), dtype=np.int32)
+        for j, code in enumerate(codes.tolist()):
+            if code >= 0 and code not in index:
+                index[code] = len(order)
+                order.append(divmod(code, 6))
+            ids[j] = index[code] if code >= 0 else DEAD
+        rows.append(ids[where])
+    n = len(order)
+    k = hi if hi is not None else lo
+    if (k + 1) * n + 2 > MAX_COUNTED_STATES:
+        raise _TooLarge("counted product")
+    check_deadline()
+    pairs = np.array(order, dtype=np.int32)
+    trans = np.stack(rows)
+    starts = track_starts[pairs[:, 1]]  # (n, 256)
+    counts = np.arange(k + 1, dtype=np.int32)[:, None, None] + starts[None]
+    if hi is None:
+        np.minimum(counts, k, out=counts)
+    first = 1 if quoted else 0  # a quoted automaton starts on a state of its own that reads the opening quote
+    ok = (trans[None] >= 0) & (counts <= k)
+    table = np.where(ok, first + counts * n + trans[None], DEAD).astype(np.int32).reshape(-1, 256)
+    final = (body.accepting[pairs[:, 0]][None] & (np.arange(k + 1) >= lo)[:, None]).reshape(-1)
+    if quoted:
+        total = table.shape[0] + 2
+        closed = np.full((total, 256), DEAD, dtype=np.int32)
+        closed[1:-1] = table
+        closed[0, 0x22] = 1
+        assert not (table[final, 0x22] >= 0).any()  # a body reads '"' only inside an escape, never where it ends
+        closed[1:-1][final, 0x22] = total - 1
+        accepting = np.zeros(total, dtype=np.bool_)
+        accepting[-1] = True
+        table, final = closed, accepting
+    return ByteDFA(table, final).reduced()
 
 
 def _subtract_specials(lo: int, hi: int) -> list[tuple[int, int]]:
@@ -1647,6 +1723,10 @@ class _Document:
         self.resolvers: dict[str, Any] = {"": self.root_resolver}
         self.synthetic: dict[str, Any] = {}
         self._validator = None
+        #: Per (pointer, negated keyword): the schema a part means and its JSON text when it refers to nothing.
+        self._standalone: dict[tuple[str, tuple | None], tuple[Any, str] | None] = {}
+        #: Verdicts by (schema text, instance text), for parts that refer to nothing.
+        self._verdicts: dict[tuple[str, str], bool] = {}
 
     def _crawl(self, embedded: list[tuple[Mapping, str]]) -> Any:
         """The registry of the document's resources and anchors (what ``$ref`` URIs name).
@@ -1688,9 +1768,10 @@ class _Document:
         if hit is not self:
             return hit
         root_ptr, node = "", self.schema
-        for key in self.synthetic:
-            if ptr.startswith(key + "/") and len(key) > len(root_ptr):
-                root_ptr, node = key, self.synthetic[key]
+        if "/~s" in ptr:  # under a synthetic node (each is named origin/~sN)
+            for key in self.synthetic:
+                if ptr.startswith(key + "/") and len(key) > len(root_ptr):
+                    root_ptr, node = key, self.synthetic[key]
         for token in ptr[len(root_ptr) :].split("/")[1:]:
             token = token.replace("~1", "/").replace("~0", "~")
             if isinstance(node, Mapping):
@@ -1833,12 +1914,55 @@ class _Document:
 
     def is_valid(self, parts: Sequence[_Part], value: Any) -> bool:
         validator = self.validator()
+        instance = None
         for part in parts:
             _check_time(part.ptr)  # jsonschema's own time is unbounded: a large enum against a large schema
-            schema = self.validation_schema(part)
-            if not validator.evolve(schema=schema).is_valid(value):
+            standalone = self.standalone(part)
+            if standalone is None:
+                if not validator.evolve(schema=self.validation_schema(part)).is_valid(value):
+                    return False
+                continue
+            schema, text = standalone
+            instance = instance if instance is not None else json.dumps(value)
+            verdict = self._verdicts.get((text, instance))
+            if verdict is None:
+                verdict = self._verdicts[(text, instance)] = validator.evolve(schema=schema).is_valid(value)
+            if not verdict:
                 return False
         return True
+
+    def standalone(self, part: _Part) -> tuple[Any, str] | None:
+        """What ``part`` means as a schema of its own, and its JSON text, when it holds no reference (nor a
+        ``$schema`` of its own): then validating against it directly is the same as through a ``$ref`` to its
+        pointer, without a lookup through the document, and equal texts (a bundled schema that inlines its
+        definitions repeats them at many pointers) give equal verdicts, so they are asked once."""
+        key = (part.ptr, part.neg)
+        if key in self._standalone:
+            return self._standalone[key]
+        if part.neg is not None:
+            schema = {"not": self.keyword_schema(part)}
+        elif self.is_synthetic(part.ptr):
+            schema = self._inline(self.node(part.ptr))
+        else:
+            schema = self.node(part.ptr)
+        found = None if _refers(schema) else (schema, json.dumps(schema, sort_keys=True))
+        self._standalone[key] = found
+        return found
+
+
+def _refers(schema: Any) -> bool:
+    """Whether ``schema`` holds a reference or a dialect of its own anywhere (property names and enum values
+    included: a conservative answer)."""
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            if any(k in node for k in ("$ref", "$dynamicRef", "$recursiveRef", "$schema")):
+                return True
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return False
 
 
 # ==============================================================================================================
@@ -1953,6 +2077,9 @@ class _Compiler:
         self.unsat: dict[Any, _Unsatisfiable] = {}
         self.notes: list[str] = []
         self.names: set[str] = set()
+        #: The next suffix to try per name base: bases cut at 80 characters repeat (many branches under one long
+        #: pointer), and probing ``#2, #3...`` from the start each time is quadratic in their number.
+        self._name_next: dict[str, int] = {}
         self._search_cache: dict[str, _CDFA] = {}
         self._in_place: dict[str, set[str]] = {}
         self._disjoint_cache: dict[tuple, bool] = {}
@@ -2168,10 +2295,12 @@ class _Compiler:
         base = "schema:" + (base if len(base) <= 80 else base[:77] + "...")
         if depth is not None:
             base += f"@{depth}"
-        name, i = base, 1
+        i = self._name_next.get(base, 1)  # every name below it is in self.names, which only grows
+        name = base if i == 1 else f"{base}#{i}"
         while name in self.names or name in self.rules:
             i += 1
             name = f"{base}#{i}"
+        self._name_next[base] = i + 1
         self.names.add(name)
         if len(self.names) > MAX_RULES:
             raise JsonSchemaError(f"the schema needs more than {MAX_RULES:,} grammar rules", "", None)
@@ -3073,18 +3202,17 @@ class _Compiler:
             if shortest >= sh.min_len and (sh.max_len is None or (longest is not None and longest <= sh.max_len)):
                 pass  # the lengths are redundant
             else:
-                bound = sh.max_len if sh.max_len is not None else sh.min_len
-                combined = None
-                if d.n * (bound + 1) <= MAX_LENGTH_PRODUCT:
-                    combined = d.intersect(_CDFA.length(sh.min_len, sh.max_len)).minimized()
-                    if combined.is_empty():
+                try:
+                    counted = _counted_dfa(d, sh.min_len, sh.max_len, quoted=True)
+                except _TooLarge:
+                    counted = None
+                if counted is not None:
+                    if counted.is_empty:
                         raise self.unsatisfiable(
                             "no string of the allowed lengths satisfies the pattern/format", *length_at
                         )
-                    try:
-                        return self.automaton_expr(combined.encode_json().minimized(), quoted=True)
-                    except _TooLarge:
-                        pass
+                    if counted.num_states <= MAX_COUNTED_BYTE_STATES:
+                        return Automaton(counted)
                 if sh.max_len is not None:
                     try:
                         return self.length_blocks(d, sh.min_len, sh.max_len)
@@ -3121,26 +3249,26 @@ class _Compiler:
         prefix = f"blocks{len(self.rules)}."
         while any(name.startswith(prefix) for name in self.rules):
             prefix += "x"
-        budget = [4 * MAX_BYTE_STATES]
+        budget = [MAX_COUNTED_BYTE_STATES]
 
-        def regex_rule(name: str, lang: _CDFA) -> str | None:
+        def counted_rule(name: str, lang: _CDFA, a: int, b: int) -> str | None:
+            """A rule for the strings of ``lang`` with ``a`` to ``b`` characters (None when there are none)."""
             if name in self.rules:
                 return name
-            lang = lang.minimized()
-            if lang.is_empty():
+            dfa = _counted_dfa(lang, a, b)
+            if dfa.is_empty:
                 return None
-            automaton = self.automaton_expr(lang.encode_json().minimized())
-            budget[0] -= automaton.dfa.num_states
+            budget[0] -= dfa.num_states
             if budget[0] < 0:
                 raise _TooLarge("blocks")
-            self.rules[name] = automaton
+            self.rules[name] = Automaton(dfa)
             return name
 
         def block(p: int, q: int) -> str | None:
-            return regex_rule(f"{prefix}b{p}.{q}", d.from_state(p, q).intersect(_CDFA.length(size, size)))
+            return counted_rule(f"{prefix}b{p}.{q}", d.from_state(p, q), size, size)
 
         def remainder(p: int, a: int, b: int) -> str | None:
-            return regex_rule(f"{prefix}r{p}.{a}.{b}", d.from_state(p).intersect(_CDFA.length(a, b)))
+            return counted_rule(f"{prefix}r{p}.{a}.{b}", d.from_state(p), a, b)
 
         made: dict[tuple[int, int], bool] = {}
 

@@ -215,6 +215,9 @@ class _Builder:
         self.nfa = nfa
         self.pattern = pattern
         self.anchors = anchors
+        #: A class's code-point ranges by (chars, negated, case-insensitive): a counted repeat such as ``[...]{1,200}``
+        #: builds the same class once per copy, and a class spelled with thousands of code points is slow to sort.
+        self._ranges: dict[tuple[frozenset[str], bool, bool], list[tuple[int, int]]] = {}
 
     def build(self, node, src: int, dst: int, flags: REFlags) -> None:
         nfa = self.nfa
@@ -291,6 +294,13 @@ class _Builder:
         if len(group.chars) == 1 and not group.negated and not flags & REFlags.CASE_INSENSITIVE:
             self._literal(next(iter(group.chars)).encode(), src, dst)
             return
+        key = (group.chars, bool(group.negated), bool(flags & REFlags.CASE_INSENSITIVE))
+        ranges = self._ranges.get(key)
+        if ranges is None:
+            ranges = self._ranges[key] = self._class_ranges(group, flags)
+        self.nfa.add_code_points(src, ranges, dst)
+
+    def _class_ranges(self, group: _CharGroup, flags: REFlags) -> list[tuple[int, int]]:
         chars = set(group.chars) - _MARKERS.keys()  # a range over the surrogates, which UTF-8 cannot hold
         if flags & REFlags.CASE_INSENSITIVE:
             for ch in list(chars):
@@ -299,9 +309,7 @@ class _Builder:
                 elif ch.lower() != ch or ch.upper() != ch:
                     raise RegexError(f"(?i) over the non-ASCII letter {ch!r} is not supported", self.pattern)
         ranges = code_point_ranges(ord(c) for c in chars)
-        if group.negated:
-            ranges = complement_ranges(ranges)
-        self.nfa.add_code_points(src, ranges, dst)
+        return complement_ranges(ranges) if group.negated else ranges
 
 
 def compile_regex(pattern: str, vocab: Vocabulary, **options) -> DFAStructure:
