@@ -537,9 +537,17 @@ def test_json_compiler_refusals_propagate_with_the_pointer(gemma_vocab):
     with pytest.raises(JsonSchemaError) as info:
         compile_pydantic(set[str], gemma_vocab)
     assert info.value.pointer == "/uniqueItems"
-    with pytest.raises(JsonSchemaError) as info:
-        compile_pydantic(Annotated[AnyUrl, UrlConstraints(max_length=40)], gemma_vocab)
+    with pytest.raises(JsonSchemaError) as info:  # a pattern with a long counted tail: too many length states
+        compile_pydantic(constr(pattern=r"^(a|b)*c(a|b){20}$", max_length=3000), gemma_vocab)
     assert info.value.pointer == "/maxLength"
+
+
+def test_url_with_a_length_bound_is_exact(gemma_vocab, gemma_tokenizer):
+    structure = compile_pydantic(Annotated[AnyUrl, UrlConstraints(max_length=40)], gemma_vocab)
+    assert accepted(structure, gemma_tokenizer, json.dumps("https://example.com/a"))
+    assert accepted(structure, gemma_tokenizer, json.dumps("https://example.com/" + "a" * 20))  # 40 characters
+    assert not accepted(structure, gemma_tokenizer, json.dumps("https://example.com/" + "a" * 21))
+    assert not accepted(structure, gemma_tokenizer, json.dumps("not a url"))
 
 
 def test_sets_of_few_enum_values_are_exact(gemma_vocab, gemma_tokenizer):
