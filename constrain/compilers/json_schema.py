@@ -4196,10 +4196,12 @@ def _finalize(rules: dict[str, Expr], start: str) -> tuple[dict[str, Expr], str]
         for r in refs[name]:
             callers[r].append(name)
     ok: set[str] = set()
-    work = list(rules)  # a rule is looked at again only when a rule it calls turns out productive
+    # Bodies are stored once built, so callees come first: popping from this end meets them first. A rule is
+    # looked at again only when a rule it calls turns out productive; one whose calls are all productive is.
+    work = list(reversed(rules))
     while work:
         name = work.pop()
-        if name not in ok and _productive(rules[name], ok):
+        if name not in ok and (refs[name] <= ok or _productive(rules[name], ok)):
             ok.add(name)
             work.extend(c for c in callers[name] if c not in ok)
     if start not in ok:
@@ -4210,7 +4212,7 @@ def _finalize(rules: dict[str, Expr], start: str) -> tuple[dict[str, Expr], str]
     pruned: dict[str, Expr] = {}
     for name, body in rules.items():
         if name in ok:
-            pruned[name] = _prune(body, ok)
+            pruned[name] = body if refs[name] <= ok else _prune(body, ok)
             if pruned[name] is not body:
                 refs[name] = _refs(pruned[name], set())
     rules = pruned
