@@ -183,6 +183,7 @@ def _hoist_terminals(grammar: Grammar) -> Grammar:
     """
     rules = dict(grammar.rules)
     hoisted: dict[str, Expr] = {}
+    done: dict[int, Expr] = {}  # by node identity: inlined branches share subtrees, walked once each
 
     def hoist(expr: Expr) -> Expr:
         """``expr`` with its terminals replaced by calls; the same object when it has none (its cached hash
@@ -191,13 +192,18 @@ def _hoist_terminals(grammar: Grammar) -> Grammar:
             name = f"regex {expr.pattern!r}" if isinstance(expr, Regex) else f"automaton {expr._key.hex()}"
             hoisted[name] = expr
             return Ref(name)
-        if isinstance(expr, (Seq, Alt)):
-            items = tuple(hoist(item) for item in expr.items)
-            return expr if all(a is b for a, b in zip(items, expr.items)) else type(expr)(items)
-        if isinstance(expr, Repeat):
-            item = hoist(expr.item)
-            return expr if item is expr.item else Repeat(item, expr.min, expr.max)
-        return expr
+        if not isinstance(expr, (Seq, Alt, Repeat)):
+            return expr
+        out = done.get(id(expr))
+        if out is None:
+            if isinstance(expr, Repeat):
+                item = hoist(expr.item)
+                out = expr if item is expr.item else Repeat(item, expr.min, expr.max)
+            else:
+                items = tuple(hoist(item) for item in expr.items)
+                out = expr if all(a is b for a, b in zip(items, expr.items)) else type(expr)(items)
+            done[id(expr)] = out
+        return out
 
     for name, body in grammar.rules.items():
         if _collect_refs(body, {}):
@@ -242,15 +248,19 @@ def _build_rule_dfa(body: Expr) -> tuple[ByteDFA, tuple[str, ...]]:
     return dfa, tuple(called)
 
 
-def _collect_refs(expr: Expr, out: dict[str, int]) -> dict[str, int]:
-    """Add the rules ``expr`` calls to ``out`` (name -> order of first appearance); returns ``out``."""
+def _collect_refs(expr: Expr, out: dict[str, int], seen: set[int] | None = None) -> dict[str, int]:
+    """Add the rules ``expr`` calls to ``out`` (name -> order of first appearance); returns ``out``. A subtree
+    met again (``seen``, by identity) adds nothing new."""
     if isinstance(expr, Ref):
         out.setdefault(expr.rule, len(out))
-    elif isinstance(expr, (Seq, Alt)):
-        for item in expr.items:
-            _collect_refs(item, out)
-    elif isinstance(expr, Repeat):
-        _collect_refs(expr.item, out)
+    elif isinstance(expr, (Seq, Alt, Repeat)):
+        if seen is None:
+            seen = set()
+        elif id(expr) in seen:
+            return out
+        seen.add(id(expr))
+        for item in expr.items if not isinstance(expr, Repeat) else (expr.item,):
+            _collect_refs(item, out, seen)
     return out
 
 

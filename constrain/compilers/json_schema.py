@@ -4103,71 +4103,100 @@ def _int_below(v: Decimal, strict: bool) -> int:
 # Grammar clean-up: unproductive rules, aliases, reachability, left recursion
 
 
-def _productive(expr: Expr, ok: set[str]) -> bool:
+# The walks below meet the same subtree many times where branches were inlined (an option's body is shared by
+# every branch that kept it), so composite nodes are looked up by identity in a ``memo`` first.
+
+
+def _productive(expr: Expr, ok: set[str], memo: dict[int, bool] | None = None) -> bool:
     if isinstance(expr, (Literal, Regex, Automaton)):
         return True
     if isinstance(expr, Ref):
         return expr.rule in ok
-    if isinstance(expr, Seq):
-        return all(_productive(x, ok) for x in expr.items)
-    if isinstance(expr, Alt):
-        return any(_productive(x, ok) for x in expr.items)
-    if isinstance(expr, Repeat):
-        return expr.min == 0 or _productive(expr.item, ok)
-    return False
+    if not isinstance(expr, (Seq, Alt, Repeat)):
+        return False
+    memo = {} if memo is None else memo
+    hit = memo.get(id(expr))
+    if hit is None:
+        if isinstance(expr, Seq):
+            hit = all(_productive(x, ok, memo) for x in expr.items)
+        elif isinstance(expr, Alt):
+            hit = any(_productive(x, ok, memo) for x in expr.items)
+        else:
+            hit = expr.min == 0 or _productive(expr.item, ok, memo)
+        memo[id(expr)] = hit
+    return hit
 
 
-def _prune(expr: Expr, ok: set[str]) -> Expr | None:
+def _prune(expr: Expr, ok: set[str], memo: dict[int, Expr | None]) -> Expr | None:
     if isinstance(expr, (Literal, Regex, Automaton)):
         return expr
     if isinstance(expr, Ref):
         return expr if expr.rule in ok else None
+    if not isinstance(expr, (Seq, Alt, Repeat)):
+        return None
+    if id(expr) in memo:
+        return memo[id(expr)]
+    out: Expr | None
     if isinstance(expr, Seq):
         items = []
         for x in expr.items:
-            y = _prune(x, ok)
+            y = _prune(x, ok, memo)
             if y is None:
-                return None
+                items = None
+                break
             items.append(y)
-        return expr if all(a is b for a, b in zip(items, expr.items)) else Seq(tuple(items))
-    if isinstance(expr, Alt):
-        items = [y for y in (_prune(x, ok) for x in expr.items) if y is not None]
-        if not items:
-            return None
-        if len(items) == len(expr.items) and all(a is b for a, b in zip(items, expr.items)):
-            return expr  # unchanged: the same object keeps its cached hash
-        return items[0] if len(items) == 1 else Alt(tuple(items))
-    if isinstance(expr, Repeat):
-        y = _prune(expr.item, ok)
+        if items is None:
+            out = None
+        else:
+            out = expr if all(a is b for a, b in zip(items, expr.items)) else Seq(tuple(items))
+    elif isinstance(expr, Alt):
+        kept = [y for y in (_prune(x, ok, memo) for x in expr.items) if y is not None]
+        if not kept:
+            out = None
+        elif len(kept) == len(expr.items) and all(a is b for a, b in zip(kept, expr.items)):
+            out = expr  # unchanged: the same object keeps its cached hash
+        else:
+            out = kept[0] if len(kept) == 1 else Alt(tuple(kept))
+    else:
+        y = _prune(expr.item, ok, memo)
         if y is None:
-            return Seq(()) if expr.min == 0 else None
-        return expr if y is expr.item else Repeat(y, expr.min, expr.max)
-    return None
+            out = Seq(()) if expr.min == 0 else None
+        else:
+            out = expr if y is expr.item else Repeat(y, expr.min, expr.max)
+    memo[id(expr)] = out
+    return out
 
 
-def _rename(expr: Expr, alias: Mapping[str, str]) -> Expr:
+def _rename(expr: Expr, alias: Mapping[str, str], memo: dict[int, Expr]) -> Expr:
     """``expr`` with its calls renamed; an unchanged subtree is the same object (it keeps its cached hash)."""
     if isinstance(expr, Ref):
         return Ref(alias[expr.rule]) if expr.rule in alias else expr
-    if isinstance(expr, (Seq, Alt)):
-        items = tuple(_rename(x, alias) for x in expr.items)
-        if all(a is b for a, b in zip(items, expr.items)):
-            return expr
-        return Seq(items) if isinstance(expr, Seq) else Alt(items)
-    if isinstance(expr, Repeat):
-        item = _rename(expr.item, alias)
-        return expr if item is expr.item else Repeat(item, expr.min, expr.max)
-    return expr
+    if not isinstance(expr, (Seq, Alt, Repeat)):
+        return expr
+    out = memo.get(id(expr))
+    if out is None:
+        if isinstance(expr, Repeat):
+            item = _rename(expr.item, alias, memo)
+            out = expr if item is expr.item else Repeat(item, expr.min, expr.max)
+        else:
+            items = tuple(_rename(x, alias, memo) for x in expr.items)
+            if all(a is b for a, b in zip(items, expr.items)):
+                out = expr
+            else:
+                out = Seq(items) if isinstance(expr, Seq) else Alt(items)
+        memo[id(expr)] = out
+    return out
 
 
-def _refs(expr: Expr, out: set[str]) -> set[str]:
+def _refs(expr: Expr, out: set[str], seen: set[int] | None = None) -> set[str]:
     if isinstance(expr, Ref):
         out.add(expr.rule)
-    elif isinstance(expr, (Seq, Alt)):
-        for x in expr.items:
-            _refs(x, out)
-    elif isinstance(expr, Repeat):
-        _refs(expr.item, out)
+    elif isinstance(expr, (Seq, Alt, Repeat)):
+        seen = set() if seen is None else seen
+        if id(expr) not in seen:
+            seen.add(id(expr))
+            for x in expr.items if not isinstance(expr, Repeat) else (expr.item,):
+                _refs(x, out, seen)
     return out
 
 
@@ -4210,9 +4239,10 @@ def _finalize(rules: dict[str, Expr], start: str) -> tuple[dict[str, Expr], str]
             "",
         )
     pruned: dict[str, Expr] = {}
+    prune_memo: dict[int, Expr | None] = {}
     for name, body in rules.items():
         if name in ok:
-            pruned[name] = body if refs[name] <= ok else _prune(body, ok)
+            pruned[name] = body if refs[name] <= ok else _prune(body, ok, prune_memo)
             if pruned[name] is not body:
                 refs[name] = _refs(pruned[name], set())
     rules = pruned
@@ -4248,13 +4278,14 @@ def _finalize(rules: dict[str, Expr], start: str) -> tuple[dict[str, Expr], str]
     start = final_alias.get(start, start)
     if final_alias:
         renamed: dict[str, Expr] = {}
+        rename_memo: dict[int, Expr] = {}
         for name, body in rules.items():
             if name in final_alias:
                 continue
             if refs[name].isdisjoint(final_alias):
                 renamed[name] = body
             else:
-                renamed[name] = _rename(body, final_alias)
+                renamed[name] = _rename(body, final_alias, rename_memo)
                 refs[name] = {final_alias.get(r, r) for r in refs[name]}
         rules = renamed
     return _reachable(rules, start, refs), start
