@@ -280,6 +280,7 @@ class LexicalMasks:
         self.first_bytes = trie.node_byte[self.first_nodes].astype(np.int64)
         spans = trie.node_token_ptr[trie.node_next[self.first_nodes]] - trie.node_token_ptr[self.first_nodes]
         self.borrowable = np.flatnonzero(spans >= self.MIN_BORROWED_TOKENS)  # indices into first_nodes
+        self._borrowable_bytes = self.first_bytes[self.borrowable]
         width = (vocab.size + 31) // 32
         self._subtree_words = np.zeros((len(self.borrowable), width), dtype=np.uint32)
         for k, j in enumerate(self.borrowable):
@@ -289,6 +290,8 @@ class LexicalMasks:
             self._small_words |= self._token_words(j)
         self._entries = BoundedCache(self.MAX_BYTES)  # bounded-language hash -> (words, pop ranges)
         self._lenders: dict[tuple[int, int], int] = {}  # (hash after the first byte, first-node index) -> walk
+        self._lent_ranges: dict[int, np.ndarray] = {}  # lending walk -> the subtree of each of its pop ranges
+        self._scratch = threading.local()
         self._lock = threading.Lock()
         # Reading a walk back costs about what walking a few thousand tokens does: only large walks are saved.
         self.persist_min_tokens = max(1, vocab.size // 4)
@@ -324,23 +327,38 @@ class LexicalMasks:
                     self._save(path, entry)
             self._entries.put(key, entry, _entry_bytes(entry))
             with self._lock:
-                for lent in self._first_byte_keys(trans, hashes, state):
-                    self._lenders[lent] = key
+                self._lenders.update(dict.fromkeys(self._first_byte_keys(trans, hashes, state), key))
                 if len(self._lenders) > self.MAX_LENDERS:
                     self._lenders.clear()
+                    self._lent_ranges.clear()
         return entry
 
     def _first_byte_keys(self, trans, hashes, state) -> list[tuple[int, int]]:
         """(hash of the state after the first byte, first-node index) of each large subtree ``state`` enters."""
-        after = trans[state, self.first_bytes[self.borrowable]]
+        after = trans[state, self._borrowable_bytes]
         live = after >= 0
         return list(zip(hashes[after[live]].tolist(), self.borrowable[live].tolist()))
+
+    def _ranges_by_subtree(self, walk_key: int, ranges: np.ndarray) -> np.ndarray:
+        """The first-byte subtree (index into ``first_nodes``) of each pop range of a lending walk, kept per walk."""
+        found = self._lent_ranges.get(walk_key)
+        if found is None:
+            found = np.searchsorted(self.first_nodes, ranges[:, 0] - 1, side="right") - 1
+            self._lent_ranges[walk_key] = found
+        return found
+
+    def _pops_buffer(self) -> np.ndarray:
+        """A per-thread scratch array for the pop nodes of one walk (one entry per trie node at most)."""
+        buffer = getattr(self._scratch, "pops", None)
+        if buffer is None:
+            buffer = self._scratch.pops = np.empty(self.vocab.trie.num_nodes, dtype=np.int32)
+        return buffer
 
     def _compose(self, trans, accepting, hashes, state) -> tuple[tuple[np.ndarray, np.ndarray], int]:
         trie = self.vocab.trie
         words = np.zeros((self.vocab.size + 31) // 32, dtype=np.uint32)
         lender_of = np.full(len(self.first_nodes), -1, dtype=np.int32)
-        lenders: list[tuple[np.ndarray, np.ndarray]] = []
+        lenders: list[tuple[int, tuple[np.ndarray, np.ndarray]]] = []
         subtrees_of: dict[int, list[int]] = {}  # lending walk -> the first-byte subtrees it lends (usually one walk)
         for lent in self._first_byte_keys(trans, hashes, state):
             walk_key = self._lenders.get(lent)
@@ -350,18 +368,23 @@ class LexicalMasks:
             lender = self._entries.get(walk_key)
             if lender is not None:
                 lender_of[subtrees] = len(lenders)
-                lenders.append(lender)
-        lender_words = np.stack([w for w, _ in lenders]) if lenders else np.zeros((1, 1), dtype=np.uint32)
-        pops = np.empty(trie.num_nodes, dtype=np.int32)
+                lenders.append((walk_key, lender))
+        if len(lenders) == 1:
+            lender_words = lenders[0][1][0].reshape(1, -1)
+        elif lenders:
+            lender_words = np.stack([entry[0] for _, entry in lenders])
+        else:
+            lender_words = np.zeros((1, 1), dtype=np.uint32)
+        pops = self._pops_buffer()
         num_pops, walked_tokens = _walk_lexical(
             trans, accepting, state, self.first_nodes, lender_of, lender_words, self.borrowable, self._subtree_words,
             self._small_words, trie.node_key, trie.node_next, trie.node_token_ptr, trie.token_ids, self.depth, words,
             pops,
         )  # fmt: skip
         rows = [_pop_ranges(trie, pops[:num_pops])]
-        for slot, (_, lender_ranges) in enumerate(lenders):
+        for slot, (walk_key, (_, lender_ranges)) in enumerate(lenders):
             if len(lender_ranges):
-                subtree = np.searchsorted(self.first_nodes, lender_ranges[:, 0] - 1, side="right") - 1
+                subtree = self._ranges_by_subtree(walk_key, lender_ranges)
                 rows.append(lender_ranges[lender_of[subtree] == slot])
         ranges = np.concatenate(rows) if len(rows) > 1 else rows[0]
         words.flags.writeable = False

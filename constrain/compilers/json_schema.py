@@ -49,8 +49,9 @@ with ``additionalItems``, ``minItems``/``maxItems``; ``contains`` with ``minCont
 without a prefix: counted by a small automaton over "matching / other" items); ``minLength``/``maxLength``
 (code points; long bounds as blocks of fixed-length rules); ``pattern`` (ECMAScript search semantics: each
 top-level alternative anchored only by its own ``^``/``$``; the regex subset of :mod:`constrain.compilers.regex`:
-``\d \w \s`` ASCII, ``.`` any character but ``\n``; together with a length bound, the product automaton,
-or for long bounds blocks of a fixed number of characters, one rule per pattern state and block count);
+``\d \w \s`` ASCII, ``.`` any character but ``\n``; together with a length bound, one byte automaton that
+counts characters beside the pattern's (:func:`_counted_dfa`), or when that is too large, blocks of a fixed
+number of characters, one rule per pattern state and block count);
 ``minimum``/``maximum``/``exclusiveMinimum``/``exclusiveMaximum`` (digit by digit on both sides of the point;
 draft-04 boolean exclusives too);
 ``multipleOf`` (integer or decimal: a remainder automaton for moduli ``M / 10**k`` with ``M`` up to
