@@ -266,3 +266,20 @@ def test_composed_lexical_walks_equal_a_whole_walk_on_gemma(gemma_vocab, prefix)
     machine.walk(configs, gemma_vocab.trie, want)
     assert not machine.can_end(configs)  # inside an object: no end-of-sequence bits to add
     assert np.array_equal(got, want), prefix
+
+
+def test_masks_along_a_whole_object_equal_whole_walks_on_gemma(gemma_vocab):
+    """Typing property names and values in one structure: prefix states of names borrow the plain string's
+    subtrees, stack masks are cached by their lexical top's language and reused at later positions; each mask
+    must still equal one whole walk of its configurations."""
+    structure = compile_json_schema(SCHEMA_WITH_KEYS, gemma_vocab)
+    machine = structure.machine
+    structure.masks.get(machine.read(machine.start, b'{"q'))  # the plain key string lends
+    text = '{"deliveryRoundID":"x","name":"y","nab":1,"deliv'
+    for end in range(2, len(text) + 1):
+        configs = machine.read(machine.start, text[:end].encode())
+        assert configs, text[:end]
+        got = structure.masks.get(configs).view(np.uint32).copy()
+        want = np.zeros_like(got)
+        machine.walk(configs, gemma_vocab.trie, want)
+        assert np.array_equal(got, want), text[:end]
