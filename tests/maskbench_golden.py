@@ -187,15 +187,8 @@ def _dumps_raw(value: Any) -> str:
 
 
 def tokenise(text: str, tokenizer: Any, vocab: Any) -> list[int] | str:
-    """Gemma tokens of ``text`` without BOS, or the reason it is skipped."""
-    try:
-        raw = text.encode("utf-8")
-    except UnicodeEncodeError:
-        return "no UTF-8 form (lone surrogate)"
-    tokens = [int(t) for t in tokenizer.encode(text, add_special_tokens=False)]
-    if vocab.decode(tokens) != raw:
-        return "the tokens do not spell the text's bytes"
-    return tokens
+    """Gemma tokens of ``text`` without BOS, or the reason it is skipped (the benchmark harness's rule)."""
+    return _harness().tokenise_text(text, tokenizer, vocab)
 
 
 def run_tokens(structure: Any, tokens: list[int]) -> str:
