@@ -271,6 +271,8 @@ class LexicalMasks:
     def __init__(self, vocab: Vocabulary):
         self.vocab = vocab
         self.folder = cache_dir("masks", f"v{self.FORMAT}", vocab.fingerprint[:32])
+        # The walks saved by earlier processes, listed once: a new state's lookup then costs no system call.
+        self._on_disk = {name for name in os.listdir(self.folder) if name.endswith(".walk")}
         trie = vocab.trie
         self.depth = trie.max_depth
         first = [0] if trie.num_nodes else []
@@ -319,15 +321,17 @@ class LexicalMasks:
         key = int(hashes[state])
         entry = self._entries.get(key)
         if entry is None:
-            path = self.folder / f"{key:016x}.walk"
-            entry = self._load(path)
+            name = f"{key:016x}.walk"
+            entry = self._load(self.folder / name) if name in self._on_disk else None
             if entry is None:
-                entry, walked_tokens = self._compose(trans, accepting, hashes, state)
-                if walked_tokens >= self.persist_min_tokens:
-                    self._save(path, entry)
+                entry, walked_tokens, first_byte_keys = self._compose(trans, accepting, hashes, state)
+                if walked_tokens >= self.persist_min_tokens and self._save(self.folder / name, entry):
+                    self._on_disk.add(name)
+            else:
+                first_byte_keys = self._first_byte_keys(trans, hashes, state)
             self._entries.put(key, entry, _entry_bytes(entry))
             with self._lock:
-                self._lenders.update(dict.fromkeys(self._first_byte_keys(trans, hashes, state), key))
+                self._lenders.update(dict.fromkeys(first_byte_keys, key))
                 if len(self._lenders) > self.MAX_LENDERS:
                     self._lenders.clear()
                     self._lent_ranges.clear()
@@ -354,13 +358,15 @@ class LexicalMasks:
             buffer = self._scratch.pops = np.empty(self.vocab.trie.num_nodes, dtype=np.int32)
         return buffer
 
-    def _compose(self, trans, accepting, hashes, state) -> tuple[tuple[np.ndarray, np.ndarray], int]:
+    def _compose(self, trans, accepting, hashes, state):
+        """(walk, tokens walked, the state's first-byte keys) of a state not seen yet."""
         trie = self.vocab.trie
         words = np.zeros((self.vocab.size + 31) // 32, dtype=np.uint32)
         lender_of = np.full(len(self.first_nodes), -1, dtype=np.int32)
         lenders: list[tuple[int, tuple[np.ndarray, np.ndarray]]] = []
         subtrees_of: dict[int, list[int]] = {}  # lending walk -> the first-byte subtrees it lends (usually one walk)
-        for lent in self._first_byte_keys(trans, hashes, state):
+        first_byte_keys = self._first_byte_keys(trans, hashes, state)
+        for lent in first_byte_keys:
             walk_key = self._lenders.get(lent)
             if walk_key is not None:
                 subtrees_of.setdefault(walk_key, []).append(lent[1])
@@ -389,7 +395,7 @@ class LexicalMasks:
         ranges = np.concatenate(rows) if len(rows) > 1 else rows[0]
         words.flags.writeable = False
         ranges.flags.writeable = False
-        return (words, ranges), int(walked_tokens)
+        return (words, ranges), int(walked_tokens), first_byte_keys
 
     def _load(self, path) -> tuple[np.ndarray, np.ndarray] | None:
         """A walk saved by :meth:`_save`: the mask words, then the pop ranges (int64 rows of 3)."""
@@ -407,14 +413,16 @@ class LexicalMasks:
         return words, ranges
 
     @staticmethod
-    def _save(path, entry: tuple[np.ndarray, np.ndarray]) -> None:
+    def _save(path, entry: tuple[np.ndarray, np.ndarray]) -> bool:
+        """Write a walk for later processes; False when the cache folder cannot be written."""
         try:  # write then rename, so a reader never sees half a file
             with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as handle:
                 handle.write(entry[0].tobytes())
                 handle.write(np.ascontiguousarray(entry[1], dtype=np.int64).tobytes())
             os.replace(handle.name, path)
         except OSError:
-            pass  # a read-only cache only costs the walk next time
+            return False  # a read-only cache only costs the walk next time
+        return True
 
 
 class PushdownMasks(MaskCache):
