@@ -12,6 +12,7 @@ walk backtracks, so a stack is never copied.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -244,6 +245,38 @@ def _entry_bytes(entry: tuple[np.ndarray, np.ndarray]) -> int:
     return entry[0].nbytes + entry[1].nbytes
 
 
+@dataclass(frozen=True, eq=False)
+class _DeepLender:
+    """A large lexical walk, ready to lend the tokens and pops of its two-byte subtrees."""
+
+    after: np.ndarray  # uint64 per two-byte node: the hash of the walk's state after its two bytes (or _DEAD)
+    words: np.ndarray  # the walk's mask words
+    pops: np.ndarray  # int32, sorted: its pop nodes (a lexical walk's range rows are those of its pop nodes)
+
+
+@dataclass(frozen=True, eq=False)
+class _DeepLenders:
+    """The deep lenders stacked for the walk kernel: slot ``l`` is row ``l`` of ``after`` and ``words``, and
+    ``pops[pops_ptr[l]:pops_ptr[l + 1]]``."""
+
+    keys: tuple[int, ...]
+    after: np.ndarray  # uint64 (L, two-byte nodes)
+    words: np.ndarray  # uint32 (L, width)
+    pops: np.ndarray  # int32
+    pops_ptr: np.ndarray  # int64 (L + 1,)
+
+    @classmethod
+    def stack(cls, lenders: dict[int, _DeepLender], num_depth2: int, width: int) -> _DeepLenders:
+        found = list(lenders.values())
+        return cls(
+            tuple(lenders),
+            np.stack([d.after for d in found]) if found else np.zeros((0, num_depth2), dtype=np.uint64),
+            np.stack([d.words for d in found]) if found else np.zeros((0, width), dtype=np.uint32),
+            np.concatenate([d.pops for d in found] + [np.zeros(0, dtype=np.int32)]),
+            np.cumsum([0] + [len(d.pops) for d in found], dtype=np.int64),
+        )
+
+
 class LexicalMasks:
     """Local walks of lexical (call-free) rule states, one store per vocabulary, shared by every structure.
 
@@ -255,6 +288,11 @@ class LexicalMasks:
     depends only on the state ``b`` leads to; so a new state borrows that subtree from any known walk whose state
     leads, on ``b``, to an equal language. A string state that differs from a plain string in one character
     (inside a property name the schema excludes) walks only that character's subtree.
+
+    One level down the same holds: inside a walked first-byte subtree, a two-byte node whose state has the
+    language of a large known walk's state after the same two bytes takes that walk's tokens and pops. The state
+    of "any key but these names" after ``{"a`` differs from a plain string, but after ``{"ab`` it is one again
+    (unless a declared name starts with ``ab``): the ``a`` subtree's ten thousand tokens are then mostly borrowed.
     """
 
     #: Bumped whenever what a walk records changes, so stale files on disk are never read.
@@ -267,6 +305,10 @@ class LexicalMasks:
     MAX_LENDERS = 262_144
     #: First-byte subtrees with fewer tokens than this are walked, not borrowed.
     MIN_BORROWED_TOKENS = 256
+    #: Large walks kept (least recently used dropped) as lenders of two-byte subtrees.
+    MAX_DEEP_LENDERS = 4
+    #: Hash of a dead state after two bytes in a deep lender's table: matches no live state (up to 2^-64).
+    _DEAD = np.uint64(0x9E3779B97F4A7C15)
 
     def __init__(self, vocab: Vocabulary):
         self.vocab = vocab
@@ -290,6 +332,15 @@ class LexicalMasks:
         self._small_words = np.zeros(width, dtype=np.uint32)  # the tokens of the subtrees never borrowed
         for j in np.setdiff1d(np.arange(len(first)), self.borrowable):
             self._small_words |= self._token_words(j)
+        # The two-byte nodes, with their first-byte subtree (index into first_nodes) and their two bytes.
+        self.depth2_nodes = np.flatnonzero(trie.node_depth == 2).astype(np.int32)
+        self._depth2_subtree = np.searchsorted(self.first_nodes, self.depth2_nodes, side="right") - 1
+        self._depth2_first = self.first_bytes[self._depth2_subtree]
+        self._depth2_second = trie.node_byte[self.depth2_nodes].astype(np.int64)
+        self._deep_lenders: OrderedDict[int, _DeepLender] = OrderedDict()  # walk key -> lender, most recent last
+        self._deep = _DeepLenders.stack({}, len(self.depth2_nodes), width)  # the same, as the kernel reads them
+        #: Two-byte nodes borrowed from deep lenders so far (a statistic for tests and benchmarks).
+        self.deep_borrowed_nodes = 0
         self._entries = BoundedCache(self.MAX_BYTES)  # bounded-language hash -> (words, pop ranges)
         self._lenders: dict[tuple[int, int], int] = {}  # (hash after the first byte, first-node index) -> walk
         self._lent_ranges: dict[int, np.ndarray] = {}  # lending walk -> the subtree of each of its pop ranges
@@ -329,13 +380,30 @@ class LexicalMasks:
                     self._on_disk.add(name)
             else:
                 first_byte_keys = self._first_byte_keys(trans, hashes, state)
+                walked_tokens = self.persist_min_tokens  # only large walks are saved
             self._entries.put(key, entry, _entry_bytes(entry))
+            # Only a walk that cost a long walk (a saved one did) lends two-byte subtrees: such walks (a plain
+            # string's) are few, and a composed one would mostly lend back what it borrowed.
+            deep = self._deep_lender(trans, hashes, state, entry) if walked_tokens >= self.persist_min_tokens else None
             with self._lock:
                 self._lenders.update(dict.fromkeys(first_byte_keys, key))
                 if len(self._lenders) > self.MAX_LENDERS:
                     self._lenders.clear()
                     self._lent_ranges.clear()
+                if deep is not None:
+                    self._deep_lenders[key] = deep
+                    self._deep_lenders.move_to_end(key)
+                    while len(self._deep_lenders) > self.MAX_DEEP_LENDERS:
+                        self._deep_lenders.popitem(last=False)
+                    self._deep = _DeepLenders.stack(self._deep_lenders, len(self.depth2_nodes), len(entry[0]))
         return entry
+
+    def _deep_lender(self, trans, hashes, state: int, entry: tuple[np.ndarray, np.ndarray]) -> _DeepLender:
+        """A walk as a lender of two-byte subtrees: the hash of its state after each two-byte node's bytes."""
+        once = trans[state, self._depth2_first]
+        twice = np.where(once >= 0, trans[once, self._depth2_second], -1)
+        after = np.where(twice >= 0, hashes[twice], self._DEAD)
+        return _DeepLender(after, entry[0], np.sort(entry[1][:, 0] - 1).astype(np.int32))
 
     def _first_byte_keys(self, trans, hashes, state) -> list[tuple[int, int]]:
         """(hash of the state after the first byte, first-node index) of each large subtree ``state`` enters."""
@@ -381,12 +449,20 @@ class LexicalMasks:
             lender_words = np.stack([entry[0] for _, entry in lenders])
         else:
             lender_words = np.zeros((1, 1), dtype=np.uint32)
+        deep = self._deep
+        used = np.zeros(len(deep.keys), dtype=np.int64)
         pops = self._pops_buffer()
         num_pops, walked_tokens = _walk_lexical(
-            trans, accepting, state, self.first_nodes, lender_of, lender_words, self.borrowable, self._subtree_words,
-            self._small_words, trie.node_key, trie.node_next, trie.node_token_ptr, trie.token_ids, self.depth, words,
-            pops,
+            trans, accepting, hashes, state, self.first_nodes, lender_of, lender_words, self.borrowable,
+            self._subtree_words, self._small_words, trie.node_key, trie.node_next, trie.node_token_ptr, trie.token_ids,
+            self.depth, words, pops, self.depth2_nodes, deep.after, deep.words, deep.pops, deep.pops_ptr, used,
         )  # fmt: skip
+        if used.any():
+            self.deep_borrowed_nodes += int(used.sum())
+            with self._lock:
+                for walk_key in [k for k, n in zip(deep.keys, used.tolist()) if n]:
+                    if walk_key in self._deep_lenders:
+                        self._deep_lenders.move_to_end(walk_key)
         rows = [_pop_ranges(trie, pops[:num_pops])]
         for slot, (walk_key, (_, lender_ranges)) in enumerate(lenders):
             if len(lender_ranges):
@@ -684,13 +760,16 @@ def _walk_pushdown(
 
 @njit(cache=True, nogil=True)
 def _walk_lexical(
-    trans, accepting, state, first_nodes, lender_of, lender_words, borrowable, subtree_words, small_words, node_key,
-    node_next, node_token_ptr, token_ids, depth_cap, out, pops,
+    trans, accepting, hashes, state, first_nodes, lender_of, lender_words, borrowable, subtree_words, small_words,
+    node_key, node_next, node_token_ptr, token_ids, depth_cap, out, pops, depth2_nodes, deep_after, deep_words,
+    deep_pops, deep_pops_ptr, deep_used,
 ):
     """The walk of a call-free state: a plain DFA walk that records, as pops, the trie nodes with children where
     the state is accepting. A first-byte subtree with a lender (``lender_of[j] >= 0``) is not walked: its tokens
-    are the lender's words within ``subtree_words`` (its pops are the lender's, added by the caller). Returns
-    (pops written, tokens in the walked subtrees)."""
+    are the lender's words within ``subtree_words`` (its pops are the lender's, added by the caller). Neither is
+    a two-byte node ``depth2_nodes[p]`` whose state hashes as deep lender ``l``'s state did there
+    (``deep_after[l, p]``): its tokens are those ``deep_words[l]`` allows, its pops are that lender's pops inside
+    it, and ``deep_used[l]`` counts it. Returns (pops written, tokens walked)."""
     width = out.shape[0]
     for lender in range(lender_words.shape[0] if lender_of.max() >= 0 else 0):
         lent = 0
@@ -713,6 +792,9 @@ def _walk_lexical(
     stack = np.empty(depth_cap + 1, dtype=np.int32)
     num_pops = 0
     walked = 0
+    num_deep = deep_after.shape[0]
+    p = 0  # the next two-byte node (nodes are visited in increasing order)
+    lent_pop = deep_pops_ptr[:-1].copy()  # per deep lender, its next pop node
     for j in range(first_nodes.shape[0]):
         node = first_nodes[j]
         end = node_next[node]
@@ -731,6 +813,32 @@ def _walk_lexical(
             if s < 0:
                 i = node_next[i]
                 continue
+            if depth == 2 and num_deep:
+                while depth2_nodes[p] < i:
+                    p += 1
+                lender = -1
+                for l in range(num_deep):
+                    if deep_after[l, p] == hashes[s]:
+                        lender = l
+                        break
+                if lender >= 0:
+                    after = node_next[i]
+                    for k in range(node_token_ptr[i], node_token_ptr[after]):
+                        tok = token_ids[k]
+                        out[tok >> 5] |= deep_words[lender, tok >> 5] & (np.uint32(1) << np.uint32(tok & 31))
+                    walked -= node_token_ptr[after] - node_token_ptr[i]
+                    q = lent_pop[lender]
+                    stop = deep_pops_ptr[lender + 1]
+                    while q < stop and deep_pops[q] < i:
+                        q += 1
+                    while q < stop and deep_pops[q] < after:
+                        pops[num_pops] = deep_pops[q]
+                        num_pops += 1
+                        q += 1
+                    lent_pop[lender] = q
+                    deep_used[lender] += 1
+                    i = after
+                    continue
             stack[depth] = s
             for k in range(node_token_ptr[i], node_token_ptr[i + 1]):
                 tok = token_ids[k]

@@ -283,3 +283,27 @@ def test_masks_along_a_whole_object_equal_whole_walks_on_gemma(gemma_vocab):
         want = np.zeros_like(got)
         machine.walk(configs, gemma_vocab.trie, want)
         assert np.array_equal(got, want), text[:end]
+
+
+MANY_NAMES = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo",
+              "lima"]  # fmt: skip
+
+
+def test_two_byte_subtrees_are_borrowed_and_masks_equal_whole_walks_on_gemma(gemma_vocab):
+    """With many declared names (more keys allowed), the name-prefix states walk their declared letters' subtrees
+    but borrow the two-byte nodes below them from the plain string's walk; the masks still equal whole walks."""
+    schema = {"type": "object", "properties": {name: {"type": "integer"} for name in MANY_NAMES}}
+    structure = compile_json_schema(schema, gemma_vocab)
+    machine = structure.machine
+    store = LexicalMasks.of(gemma_vocab)
+    structure.masks.get(machine.read(machine.start, b'{"q'))  # the plain key string: a deep lender
+    assert store._deep_lenders
+    before = store.deep_borrowed_nodes
+    for prefix in ['{"', '{"a', '{"al', '{"alp', '{"c', '{"ch', '{"k', '{"li', '{"lim', '{"ab', '{"zz":1,"e']:
+        configs = machine.read(machine.start, prefix.encode())
+        assert configs, prefix
+        got = structure.masks.get(configs).view(np.uint32).copy()
+        want = np.zeros_like(got)
+        machine.walk(configs, gemma_vocab.trie, want)
+        assert np.array_equal(got, want), prefix
+    assert store.deep_borrowed_nodes - before > 12 * 10  # most two-byte nodes under each declared first letter
