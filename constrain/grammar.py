@@ -206,7 +206,7 @@ def _hoist_terminals(grammar: Grammar) -> Grammar:
         return out
 
     for name, body in grammar.rules.items():
-        if _collect_refs(body, {}):
+        if collect_refs(body, {}):
             rules[name] = hoist(body)
     if not hoisted:
         return grammar
@@ -238,7 +238,7 @@ def _build_rule_dfa(body: Expr) -> tuple[ByteDFA, tuple[str, ...]]:
     if isinstance(body, Automaton):
         return body.dfa, ()
     called: dict[str, int] = {}
-    _collect_refs(body, called)
+    collect_refs(body, called)
     nfa = ByteNFA()
     start, accept = nfa.new_state(), nfa.new_state()
     _build(nfa, body, start, accept, called, {})
@@ -248,7 +248,7 @@ def _build_rule_dfa(body: Expr) -> tuple[ByteDFA, tuple[str, ...]]:
     return dfa, tuple(called)
 
 
-def _collect_refs(expr: Expr, out: dict[str, int], seen: set[int] | None = None) -> dict[str, int]:
+def collect_refs(expr: Expr, out: dict[str, int], seen: set[int] | None = None) -> dict[str, int]:
     """Add the rules ``expr`` calls to ``out`` (name -> order of first appearance); returns ``out``. A subtree
     met again (``seen``, by identity) adds nothing new."""
     if isinstance(expr, Ref):
@@ -260,7 +260,7 @@ def _collect_refs(expr: Expr, out: dict[str, int], seen: set[int] | None = None)
             return out
         seen.add(id(expr))
         for item in expr.items if not isinstance(expr, Repeat) else (expr.item,):
-            _collect_refs(item, out, seen)
+            collect_refs(item, out, seen)
     return out
 
 

@@ -376,15 +376,16 @@ class LexicalMasks:
             entry = self._load(self.folder / name) if name in self._on_disk else None
             if entry is None:
                 entry, walked_tokens, first_byte_keys = self._compose(trans, accepting, hashes, state)
-                if walked_tokens >= self.persist_min_tokens and self._save(self.folder / name, entry):
+                large = walked_tokens >= self.persist_min_tokens
+                if large and self._save(self.folder / name, entry):
                     self._on_disk.add(name)
             else:
                 first_byte_keys = self._first_byte_keys(trans, hashes, state)
-                walked_tokens = self.persist_min_tokens  # only large walks are saved
+                large = True  # only large walks are saved
             self._entries.put(key, entry, _entry_bytes(entry))
-            # Only a walk that cost a long walk (a saved one did) lends two-byte subtrees: such walks (a plain
-            # string's) are few, and a composed one would mostly lend back what it borrowed.
-            deep = self._deep_lender(trans, hashes, state, entry) if walked_tokens >= self.persist_min_tokens else None
+            # Only a large walk lends two-byte subtrees: such walks (a plain string's) are few, and a composed
+            # one would mostly lend back what it borrowed.
+            deep = self._deep_lender(trans, hashes, state, entry) if large else None
             with self._lock:
                 self._lenders.update(dict.fromkeys(first_byte_keys, key))
                 if len(self._lenders) > self.MAX_LENDERS:

@@ -121,7 +121,7 @@ from ..automaton import (
     DEAD, ByteDFA, ByteNFA, CompileTimeout, check_deadline, column_classes, complement_ranges, deadline,
     hopcroft_blocks,
 )
-from ..grammar import Alt, Automaton, Expr, Grammar, Literal, Ref, Regex, Repeat, Seq, terminal_dfa
+from ..grammar import Alt, Automaton, Expr, Grammar, Literal, Ref, Regex, Repeat, Seq, collect_refs, terminal_dfa
 from .metaschema import certainly_valid
 from .regex import regex_to_dfa
 
@@ -4189,18 +4189,6 @@ def _rename(expr: Expr, alias: Mapping[str, str], memo: dict[int, Expr]) -> Expr
     return out
 
 
-def _refs(expr: Expr, out: set[str], seen: set[int] | None = None) -> set[str]:
-    if isinstance(expr, Ref):
-        out.add(expr.rule)
-    elif isinstance(expr, (Seq, Alt, Repeat)):
-        seen = set() if seen is None else seen
-        if id(expr) not in seen:
-            seen.add(id(expr))
-            for x in expr.items if not isinstance(expr, Repeat) else (expr.item,):
-                _refs(x, out, seen)
-    return out
-
-
 def _options(expr: Expr) -> list[Expr]:
     return list(expr.items) if isinstance(expr, Alt) else [expr]
 
@@ -4219,7 +4207,7 @@ def _reachable(rules: dict[str, Expr], start: str, refs: Mapping[str, set[str]])
 
 
 def _finalize(rules: dict[str, Expr], start: str) -> tuple[dict[str, Expr], str]:
-    refs = {name: _refs(body, set()) for name, body in rules.items()}
+    refs = {name: set(collect_refs(body, {})) for name, body in rules.items()}
     rules = _reachable(rules, start, refs)  # first: branches inline their options' bodies, often leaving those unused
     callers: dict[str, list[str]] = defaultdict(list)
     for name in rules:
@@ -4245,7 +4233,7 @@ def _finalize(rules: dict[str, Expr], start: str) -> tuple[dict[str, Expr], str]
         if name in ok:
             pruned[name] = body if refs[name] <= ok else _prune(body, ok, prune_memo)
             if pruned[name] is not body:
-                refs[name] = _refs(pruned[name], set())
+                refs[name] = set(collect_refs(pruned[name], {}))
     rules = pruned
     # Alias cycles (A = B | x, B = A | y): each rule of the cycle means the union of their other options.
     alias_edges = {
@@ -4261,7 +4249,7 @@ def _finalize(rules: dict[str, Expr], start: str) -> tuple[dict[str, Expr], str]
                     union.append(o)
         for name in comp:
             rules[name] = union[0] if len(union) == 1 else Alt(tuple(union))
-            refs[name] = _refs(rules[name], set())
+            refs[name] = set(collect_refs(rules[name], {}))
     # aliases
     alias: dict[str, str] = {}
     for name, body in rules.items():
