@@ -24,28 +24,33 @@ DEFAULT_CACHE_BYTES = 256 * 1024 * 1024
 
 
 @njit(cache=True, nogil=True)
-def walk_trie(trans, start, node_key, node_next, node_token_ptr, token_ids, stack, out):
+def walk_trie(trans, start, node_key, node_next, node_token_ptr, token_ids, root_children, stack, out):
     """Set in ``out`` (uint32 words) the bit of every token whose bytes the DFA reads from ``start``.
 
     ``trans`` is the DFA's (n_states, 256) table flattened; ``node_key`` packs each trie node's depth and byte.
     Every state of a trimmed DFA can still reach acceptance, so reading a token's bytes without falling into the
-    dead state is exactly "the token is allowed".
+    dead state is exactly "the token is allowed". Only the first bytes ``start`` accepts are visited, through
+    ``root_children``.
     """
-    n = node_key.shape[0]
     stack[0] = start
-    i = 0
-    while i < n:
-        key = node_key[i]
-        depth = key >> 8
-        state = trans[(stack[depth - 1] << 8) | (key & 255)]
-        if state < 0:
-            i = node_next[i]
+    for first in range(256):
+        child = root_children[first]
+        if child < 0 or trans[(start << 8) | first] < 0:
             continue
-        stack[depth] = state
-        for k in range(node_token_ptr[i], node_token_ptr[i + 1]):
-            t = token_ids[k]
-            out[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
-        i += 1
+        i = child
+        end = node_next[child]
+        while i < end:
+            key = node_key[i]
+            depth = key >> 8
+            state = trans[(stack[depth - 1] << 8) | (key & 255)]
+            if state < 0:
+                i = node_next[i]
+                continue
+            stack[depth] = state
+            for k in range(node_token_ptr[i], node_token_ptr[i + 1]):
+                t = token_ids[k]
+                out[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+            i += 1
 
 
 @njit(cache=True, nogil=True)
@@ -130,7 +135,10 @@ class StateMasks(MaskCache):
     def _walk(self, state: int, words: np.ndarray) -> bool:
         trie = self.vocab.trie
         stack = np.empty(self._stack_size, dtype=np.int32)  # one per call: threads may compute masks at once
-        walk_trie(self._flat_trans, state, trie.node_key, trie.node_next, trie.node_token_ptr, trie.token_ids, stack, words)
+        walk_trie(
+            self._flat_trans, state, trie.node_key, trie.node_next, trie.node_token_ptr, trie.token_ids,
+            trie.root_children, stack, words,
+        )  # fmt: skip
         return bool(self.dfa.accepting[state])
 
     def get(self, state: int) -> np.ndarray:

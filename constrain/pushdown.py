@@ -208,7 +208,8 @@ class Machine:
             self.trans, self.accepting, self.call_ptr, self.call_start, self.call_return,
             np.asarray(top_state, dtype=np.int32), np.asarray(top_parent, dtype=np.int32), used, pool_state,
             pool_parent, MAX_CONFIGS,
-            trie.node_key, trie.node_next, trie.node_token_ptr, trie.token_ids, depth_cap, ranges, not closed,
+            trie.node_key, trie.node_next, trie.node_token_ptr, trie.token_ids, trie.root_children, depth_cap, ranges,
+            not closed,
             words, pops,
         )  # fmt: skip
         if count < 0:
@@ -454,9 +455,10 @@ class LexicalMasks:
         used = np.zeros(len(deep.keys), dtype=np.int64)
         pops = self._pops_buffer()
         num_pops, walked_tokens = _walk_lexical(
-            trans, accepting, hashes, state, self.first_nodes, lender_of, lender_words, self.borrowable,
-            self._subtree_words, self._small_words, trie.node_key, trie.node_next, trie.node_token_ptr, trie.token_ids,
-            self.depth, words, pops, self.depth2_nodes, deep.after, deep.words, deep.pops, deep.pops_ptr, used,
+            trans, accepting, hashes, state, self.first_nodes, self.first_bytes, lender_of, lender_words,
+            self.borrowable, self._subtree_words, self._small_words, trie.node_key, trie.node_next,
+            trie.node_token_ptr, trie.token_ids, self.depth, words, pops, self.depth2_nodes, deep.after, deep.words,
+            deep.pops, deep.pops_ptr, used,
         )  # fmt: skip
         if used.any():
             self.deep_borrowed_nodes += int(used.sum())
@@ -656,10 +658,36 @@ def _expand(
 
 
 @njit(cache=True, nogil=True)
+def _close_level(
+    d, accepting, call_ptr, call_start, call_return, pool_state, pool_parent, level_state, level_parent, level_n,
+    closed_state, closed_parent, closed_n, pool_mark, closed_mark, work_state, work_parent,
+):
+    """Compute ``closed[d]``, the closure of ``level[d]``; False when the configurations outgrow the bounds.
+    The walk's inner loop handles a plain configuration itself: calling this for every trie node (its array
+    arguments reference-counted on each call) made a whole-vocabulary walk ten times slower."""
+    s0 = level_state[d, 0]
+    if level_n[d] == 1 and call_ptr[s0] == call_ptr[s0 + 1] and not accepting[s0]:
+        closed_state[d, 0] = s0
+        closed_parent[d, 0] = level_parent[d, 0]
+        closed_n[d] = 1
+        closed_mark[d] = pool_mark[d]
+        return True
+    count, top = _expand(
+        accepting, call_ptr, call_start, call_return, pool_state, pool_parent, pool_mark[d],
+        level_state[d], level_parent[d], level_n[d], closed_state[d], closed_parent[d], work_state, work_parent,
+    )  # fmt: skip
+    if count < 0:
+        return False
+    closed_n[d] = count
+    closed_mark[d] = top
+    return True
+
+
+@njit(cache=True, nogil=True)
 def _walk_pushdown(
     trans, accepting, call_ptr, call_start, call_return, top_state, top_parent, pool_used, pool_state,
-    pool_parent, level_cap, node_key, node_next, node_token_ptr, token_ids, depth_cap, ranges, expand_base, out,
-    pops,
+    pool_parent, level_cap, node_key, node_next, node_token_ptr, token_ids, root_children, depth_cap, ranges,
+    expand_base, out, pops,
 ):
     """Set in ``out`` the bit of every token whose bytes some configuration can read, over the trie subtrees in
     ``ranges``. Returns how many pop nodes were written to ``pops`` (when it has room), or -1 when the
@@ -668,7 +696,8 @@ def _walk_pushdown(
     A configuration is a top state and the pool index of the frame below it. ``level[d]`` holds the
     configurations after ``d`` bytes of the current trie path and ``closed[d]`` their closure, computed once per
     trie node and shared by its children; a configuration that can neither call nor return is its own closure.
-    Frames pushed for a level are dropped (the pool top rewound) when the walk moves to another branch.
+    Frames pushed for a level are dropped (the pool top rewound) when the walk moves to another branch. A range
+    over the whole trie visits only the first bytes the closed configurations accept (``root_children``).
     """
     work_state = np.empty(level_cap * 4, dtype=np.int32)
     work_parent = np.empty(level_cap * 4, dtype=np.int32)
@@ -681,6 +710,8 @@ def _walk_pushdown(
     pool_mark = np.zeros(depth_cap + 1, dtype=np.int64)  # pool top when level d was made
     closed_mark = np.zeros(depth_cap + 1, dtype=np.int64)  # pool top after level d's closure
     node_at = np.full(depth_cap + 1, -1, dtype=np.int64)  # the trie node of each level on the current path
+    span_start = np.empty(256, dtype=np.int64)
+    span_end = np.empty(256, dtype=np.int64)
     record = pops.shape[0] > 0
     num_pops = 0
     for r in range(ranges.shape[0]):
@@ -698,72 +729,96 @@ def _walk_pushdown(
             closed_n[base] = top_state.shape[0]
             closed_mark[base] = pool_used
         node_at[base] = -1
-        i = ranges[r, 0]
-        end = ranges[r, 1]
-        while i < end:
-            key = node_key[i]
-            depth = key >> 8
-            byte = key & 255
-            parent = depth - 1
-            if closed_n[parent] < 0:
-                s0 = level_state[parent, 0]
-                p0 = level_parent[parent, 0]
-                if level_n[parent] == 1 and call_ptr[s0] == call_ptr[s0 + 1] and not accepting[s0]:
-                    closed_state[parent, 0] = s0
-                    closed_parent[parent, 0] = p0
-                    closed_n[parent] = 1
-                    closed_mark[parent] = pool_mark[parent]
-                else:
-                    count, top = _expand(
-                        accepting, call_ptr, call_start, call_return, pool_state, pool_parent, pool_mark[parent],
-                        level_state[parent], level_parent[parent], level_n[parent],
-                        closed_state[parent], closed_parent[parent], work_state, work_parent,
-                    )  # fmt: skip
-                    if count < 0:
+        num_spans = 1
+        span_start[0] = ranges[r, 0]
+        span_end[0] = ranges[r, 1]
+        if base == 0 and ranges[r, 0] == 0 and ranges[r, 1] == node_key.shape[0]:
+            if closed_n[0] < 0:
+                if not _close_level(
+                    0, accepting, call_ptr, call_start, call_return, pool_state, pool_parent, level_state,
+                    level_parent, level_n, closed_state, closed_parent, closed_n, pool_mark, closed_mark,
+                    work_state, work_parent,
+                ):  # fmt: skip
+                    return -1
+                if record:
+                    for j in range(closed_n[0]):
+                        if closed_parent[0, j] < 0 and accepting[closed_state[0, j]]:
+                            pops[num_pops] = -1
+                            num_pops += 1
+                            break
+            num_spans = 0
+            for byte in range(256):
+                child = root_children[byte]
+                if child < 0:
+                    continue
+                for j in range(closed_n[0]):
+                    if trans[closed_state[0, j], byte] >= 0:
+                        span_start[num_spans] = child
+                        span_end[num_spans] = node_next[child]
+                        num_spans += 1
+                        break
+        for span in range(num_spans):
+            i = span_start[span]
+            end = span_end[span]
+            while i < end:
+                key = node_key[i]
+                depth = key >> 8
+                byte = key & 255
+                parent = depth - 1
+                if closed_n[parent] < 0:
+                    s0 = level_state[parent, 0]
+                    if level_n[parent] == 1 and call_ptr[s0] == call_ptr[s0 + 1] and not accepting[s0]:
+                        closed_state[parent, 0] = s0  # a plain configuration is its own closure
+                        closed_parent[parent, 0] = level_parent[parent, 0]
+                        closed_n[parent] = 1
+                        closed_mark[parent] = pool_mark[parent]
+                    elif not _close_level(
+                        parent, accepting, call_ptr, call_start, call_return, pool_state, pool_parent, level_state,
+                        level_parent, level_n, closed_state, closed_parent, closed_n, pool_mark, closed_mark,
+                        work_state, work_parent,
+                    ):  # fmt: skip
                         return -1
-                    closed_n[parent] = count
-                    closed_mark[parent] = top
                     if record:
-                        for j in range(count):
+                        for j in range(closed_n[parent]):
                             if closed_parent[parent, j] < 0 and accepting[closed_state[parent, j]]:
                                 pops[num_pops] = node_at[parent]
                                 num_pops += 1
                                 break
-            count = 0
-            for j in range(closed_n[parent]):
-                t = trans[closed_state[parent, j], byte]
-                if t < 0:
+                count = 0
+                for j in range(closed_n[parent]):
+                    t = trans[closed_state[parent, j], byte]
+                    if t < 0:
+                        continue
+                    up = closed_parent[parent, j]
+                    duplicate = False
+                    for m in range(count):
+                        if level_state[depth, m] == t and level_parent[depth, m] == up:
+                            duplicate = True
+                            break
+                    if duplicate:
+                        continue
+                    level_state[depth, count] = t
+                    level_parent[depth, count] = up
+                    count += 1
+                if count == 0:
+                    i = node_next[i]
                     continue
-                up = closed_parent[parent, j]
-                duplicate = False
-                for m in range(count):
-                    if level_state[depth, m] == t and level_parent[depth, m] == up:
-                        duplicate = True
-                        break
-                if duplicate:
-                    continue
-                level_state[depth, count] = t
-                level_parent[depth, count] = up
-                count += 1
-            if count == 0:
-                i = node_next[i]
-                continue
-            level_n[depth] = count
-            pool_mark[depth] = closed_mark[parent]
-            closed_n[depth] = -1
-            node_at[depth] = i
-            for k in range(node_token_ptr[i], node_token_ptr[i + 1]):
-                t = token_ids[k]
-                out[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
-            i += 1
+                level_n[depth] = count
+                pool_mark[depth] = closed_mark[parent]
+                closed_n[depth] = -1
+                node_at[depth] = i
+                for k in range(node_token_ptr[i], node_token_ptr[i + 1]):
+                    t = token_ids[k]
+                    out[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+                i += 1
     return num_pops
 
 
 @njit(cache=True, nogil=True)
 def _walk_lexical(
-    trans, accepting, hashes, state, first_nodes, lender_of, lender_words, borrowable, subtree_words, small_words,
-    node_key, node_next, node_token_ptr, token_ids, depth_cap, out, pops, depth2_nodes, deep_after, deep_words,
-    deep_pops, deep_pops_ptr, deep_used,
+    trans, accepting, hashes, state, first_nodes, first_bytes, lender_of, lender_words, borrowable, subtree_words,
+    small_words, node_key, node_next, node_token_ptr, token_ids, depth_cap, out, pops, depth2_nodes, deep_after,
+    deep_words, deep_pops, deep_pops_ptr, deep_used,
 ):
     """The walk of a call-free state: a plain DFA walk that records, as pops, the trie nodes with children where
     the state is accepting. A first-byte subtree with a lender (``lender_of[j] >= 0``) is not walked: its tokens
@@ -797,13 +852,10 @@ def _walk_lexical(
     p = 0  # the next two-byte node (nodes are visited in increasing order)
     lent_pop = deep_pops_ptr[:-1].copy()  # per deep lender, its next pop node
     for j in range(first_nodes.shape[0]):
+        if lender_of[j] >= 0 or trans[state, first_bytes[j]] < 0:  # first bytes are contiguous, nodes spread
+            continue
         node = first_nodes[j]
         end = node_next[node]
-        t = trans[state, node_key[node] & 255]
-        if t < 0:
-            continue
-        if lender_of[j] >= 0:
-            continue
         walked += node_token_ptr[end] - node_token_ptr[node]
         stack[0] = state
         i = node

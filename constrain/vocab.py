@@ -138,6 +138,17 @@ class TokenTrie:
         key.flags.writeable = False
         return key
 
+    @cached_property
+    def root_children(self) -> np.ndarray:
+        """int32[256]: the node of each first byte (-1 where no token starts with it). A walk that knows which
+        first bytes its state accepts jumps to those subtrees instead of stepping over every child of the root,
+        which are spread over the whole node array (a cache miss each)."""
+        children = np.full(256, -1, dtype=np.int32)
+        first = np.flatnonzero(self.node_depth == 1)
+        children[self.node_byte[first]] = first
+        children.flags.writeable = False
+        return children
+
     def node_path(self, i: int) -> bytes:
         """The bytes spelled from the root to node ``i`` (a debugging aid: each ancestor is the last node before
         it one level up)."""
