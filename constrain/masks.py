@@ -67,7 +67,7 @@ class MaskCache:
     """Masks of one automaton over one vocabulary, cached per state (LRU, bounded in bytes, thread-safe).
 
     Subclasses say how to walk the trie from a state and whether it may end the text (:meth:`_walk`; ending adds
-    the end-of-sequence bits). States must be hashable.
+    the end-of-sequence bits), or compute a whole mask themselves (:meth:`compute`). States must be hashable.
     """
 
     def __init__(self, vocab: Vocabulary, *, cache_bytes: int = DEFAULT_CACHE_BYTES):

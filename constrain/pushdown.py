@@ -557,30 +557,44 @@ class PushdownMasks(MaskCache):
         words.flags.writeable = False
         return words, _pop_ranges(self.vocab.trie, pops)
 
-    def _walk(self, configs: Configs, words: np.ndarray) -> bool:
+    def compute(self, configs: Configs) -> np.ndarray:
         # Expanding first makes every pushed rule a top of its own, so a lexical rule entered right here (a
         # string where a value starts) is served from its shared walk instead of being walked again.
         stacks = self.machine.closure(configs)
-        for stack in stacks:
-            top = stack[-1]
-            local_words, ranges = self.local(top)
-            if len(stack) == 1 or not len(ranges):
-                words |= local_words
-                continue
-            rule, _ = self.machine.locate(top)
-            lexical = bool(self.machine.call_free[rule])
-            if not lexical and len(stacks) == 1:  # the configuration's own cache holds this mask
-                words |= local_words
-                self.machine.walk((stack[:-1],), self.vocab.trie, words, ranges)
-                continue
-            key = (stack[:-1], int(self._rule_hashes(rule)[top])) if lexical else stack
-            stack_words = self._stacks.get(key)
-            if stack_words is None:
-                stack_words = local_words.copy()
-                self.machine.walk((stack[:-1],), self.vocab.trie, stack_words, ranges)
+        can_end = self.machine.closed_can_end(stacks)
+        parts = [self._stack_words(stack, len(stacks)) for stack in stacks]
+        if len(parts) == 1 and not can_end:
+            # The mask is one walk's words, already read-only: shared, not copied. A first-visit mask is mostly
+            # passes over 32 KB arrays that are not in the CPU cache yet, so each pass saved counts.
+            return parts[0].view(np.int32)
+        words = parts[0].copy()
+        for part in parts[1:]:
+            words |= part
+        if can_end:
+            words |= self._eos_words
+        mask = words.view(np.int32)
+        mask.flags.writeable = False
+        return mask
+
+    def _stack_words(self, stack: Stack, num_stacks: int) -> np.ndarray:
+        """The (read-only) tokens one expanded configuration can read."""
+        top = stack[-1]
+        local_words, ranges = self.local(top)
+        if len(stack) == 1 or not len(ranges):
+            return local_words
+        rule, _ = self.machine.locate(top)
+        lexical = bool(self.machine.call_free[rule])
+        key = (stack[:-1], int(self._rule_hashes(rule)[top])) if lexical else stack
+        # A calling top alone at its position: the configuration's own mask cache holds the result.
+        cached = lexical or num_stacks > 1
+        stack_words = self._stacks.get(key) if cached else None
+        if stack_words is None:
+            stack_words = local_words.copy()
+            self.machine.walk((stack[:-1],), self.vocab.trie, stack_words, ranges)
+            stack_words.flags.writeable = False
+            if cached:
                 self._stacks.put(key, stack_words, stack_words.nbytes)
-            words |= stack_words
-        return self.machine.closed_can_end(stacks)
+        return stack_words
 
 
 class GrammarStructure(CompiledStructure):
