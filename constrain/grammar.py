@@ -205,8 +205,21 @@ def _hoist_terminals(grammar: Grammar) -> Grammar:
             done[id(expr)] = out
         return out
 
+    calls: dict[int, bool] = {}  # by node identity, as ``done``
+
+    def calls_a_rule(expr: Expr) -> bool:
+        if isinstance(expr, Ref):
+            return True
+        if not isinstance(expr, (Seq, Alt, Repeat)):
+            return False
+        found = calls.get(id(expr))
+        if found is None:
+            items = (expr.item,) if isinstance(expr, Repeat) else expr.items
+            found = calls[id(expr)] = any(map(calls_a_rule, items))  # stops at the first call
+        return found
+
     for name, body in grammar.rules.items():
-        if collect_refs(body, {}):
+        if calls_a_rule(body):
             rules[name] = hoist(body)
     if not hoisted:
         return grammar

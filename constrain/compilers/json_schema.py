@@ -1627,6 +1627,12 @@ _NAMING_KEYWORDS = {
 }  # fmt: skip
 
 
+#: What a crawl of the document registers (every draft's spellings): anchors anywhere; below the root (whose id
+#: is the base URI anyway), ids and embedded dialects, as strings ("id" is also a common property name).
+_ANCHOR_KEYWORDS = ("$anchor", "$dynamicAnchor", "$recursiveAnchor")
+_ID_KEYWORDS = ("id", "$id", "$schema")
+
+
 def _total_specification(spec: Any, embedded: list[tuple[Mapping, str]]) -> Any:
     """``spec`` (a ``referencing`` JSON Schema specification) made total over the schemas met here.
 
@@ -1715,9 +1721,13 @@ class _Document:
         self.spec = self.specs[dialects.get(cls.__name__, rj.DRAFT202012).name]
         self.base = self.spec.create_resource(schema).id() or ""
         self.ptr_of: dict[int, str] = {}
+        self.names_resources = False
         self._walk(schema, "")
         self.bases: dict[str, str] = {"": self.base}
-        self.registry = self._crawl(embedded)
+        if self.names_resources:
+            self.registry = self._crawl(embedded)
+        else:  # JSON pointers into the root are all its $refs can name: no crawl needed
+            self.registry = referencing.Registry().with_resource(self.base, self.spec.create_resource(schema))
         self.root_resolver = self.registry.resolver(self.base)
         self.unresolvable = referencing.exceptions.Unresolvable
         self.nodes: dict[str, Any] = {"": schema}
@@ -1751,9 +1761,15 @@ class _Document:
         return registries[-1].combine(*reversed(registries[:-1]))
 
     def _walk(self, node: Any, ptr: str) -> None:
-        """Record the pointer of every object in the document (values of enum/const/default/examples aside)."""
+        """Record the pointer of every object in the document (values of enum/const/default/examples aside), and
+        whether one below the root could name a resource or an anchor (what only a crawl registers)."""
         if isinstance(node, Mapping):
             self.ptr_of.setdefault(id(node), ptr)
+            if not self.names_resources:
+                ids = _ID_KEYWORDS if ptr else ()
+                self.names_resources = any(key in node for key in _ANCHOR_KEYWORDS) or any(
+                    isinstance(node.get(key), str) for key in ids
+                )
             for key, value in node.items():
                 if key in ("enum", "const", "default", "examples", "example") and not isinstance(value, Mapping):
                     continue
