@@ -209,7 +209,6 @@ def beam_search(
         hyps.append((_length_score(log_prob, len(tokens), length_penalty), tokens, log_prob, finished))
 
     finished_scores: list[float] = []
-    eos_arr = np.array(sorted(eos), dtype=np.int64)
     for step in range(max_new_tokens):
         logits = next_logits([prompt + list(b.tokens) for b in beams])
         if hasattr(logits, "detach"):  # torch

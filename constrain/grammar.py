@@ -148,14 +148,33 @@ def build_pushdown(grammar: Grammar, *, deadline: float | None = None) -> Pushdo
     if grammar.start not in grammar.rules:
         raise GrammarError(f"the start rule {grammar.start!r} is not defined")
     grammar = _hoist_terminals(grammar)
-    names = [grammar.start] + sorted(n for n in grammar.rules if n != grammar.start)
+    alias = _aliases(grammar.rules)
+    start = alias.get(grammar.start, grammar.start)
+    names = [start] + sorted(n for n in grammar.rules if n != start and n not in alias)
     index = {name: i for i, name in enumerate(names)}
+    index.update((name, index[target]) for name, target in alias.items())
     with deadline_of(deadline) if deadline is not None else nullcontext():  # else keep a caller's deadline
         rules = [_checked_rule_dfa(grammar.rules[name], name, index) for name in names]
     pushdown = Pushdown(tuple(names), tuple(rules))
     _check_productive(pushdown)
     _check_left_recursion(pushdown)
     return pushdown
+
+
+def _aliases(rules: Mapping[str, Expr]) -> dict[str, str]:
+    """The rules whose body is one call (a ``$ref`` alone, a Lark rule ``a: b``), each with the rule its chain of
+    such calls ends at: a call to an alias goes straight there, so the alias needs neither a DFA nor a stack frame.
+    A cycle of aliases is left to the productivity check, which refuses it."""
+    direct = {name: body.rule for name, body in rules.items() if isinstance(body, Ref) and body.rule in rules}
+    out: dict[str, str] = {}
+    for name, target in direct.items():
+        seen = {name}
+        while target in direct and target not in seen:
+            seen.add(target)
+            target = direct[target]
+        if target not in direct:
+            out[name] = target
+    return out
 
 
 def _checked_rule_dfa(body: Expr, name: str, index: Mapping[str, int]) -> ByteDFA:

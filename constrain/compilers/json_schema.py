@@ -986,7 +986,6 @@ def _product(a: _CDFA, b: _CDFA, minus: bool) -> _CDFA:
 
 
 def _minimize(d: _CDFA) -> _CDFA:
-    n = d.n
     # reachable from the start
     seen = {0}
     stack = [0]
@@ -4088,8 +4087,7 @@ class _Compiler:
         depth = 0 if self.whitespace == "indent" else None
         root = self.conj((_Part(""),), depth)
         self.rules["root"] = root
-        rules, start = _finalize(self.rules, "root")
-        return Grammar(rules, start)
+        return Grammar(_finalize(self.rules, "root"), "root")
 
 
 def _num_text(v: Decimal) -> str:
@@ -4117,7 +4115,7 @@ def _int_below(v: Decimal, strict: bool) -> int:
 
 
 # ==============================================================================================================
-# Grammar clean-up: unproductive rules, aliases, reachability, left recursion
+# Grammar clean-up: unproductive rules, alias cycles, reachability (build_pushdown resolves plain aliases)
 
 
 # The walks below meet the same subtree many times where branches were inlined (an option's body is shared by
@@ -4184,27 +4182,6 @@ def _prune(expr: Expr, ok: set[str], memo: dict[int, Expr | None]) -> Expr | Non
     return out
 
 
-def _rename(expr: Expr, alias: Mapping[str, str], memo: dict[int, Expr]) -> Expr:
-    """``expr`` with its calls renamed; an unchanged subtree is the same object (it keeps its cached hash)."""
-    if isinstance(expr, Ref):
-        return Ref(alias[expr.rule]) if expr.rule in alias else expr
-    if not isinstance(expr, (Seq, Alt, Repeat)):
-        return expr
-    out = memo.get(id(expr))
-    if out is None:
-        if isinstance(expr, Repeat):
-            item = _rename(expr.item, alias, memo)
-            out = expr if item is expr.item else Repeat(item, expr.min, expr.max)
-        else:
-            items = tuple(_rename(x, alias, memo) for x in expr.items)
-            if all(a is b for a, b in zip(items, expr.items)):
-                out = expr
-            else:
-                out = Seq(items) if isinstance(expr, Seq) else Alt(items)
-        memo[id(expr)] = out
-    return out
-
-
 def _options(expr: Expr) -> list[Expr]:
     return list(expr.items) if isinstance(expr, Alt) else [expr]
 
@@ -4222,7 +4199,7 @@ def _reachable(rules: dict[str, Expr], start: str, refs: Mapping[str, set[str]])
     return {name: rules[name] for name in rules if name in keep}
 
 
-def _finalize(rules: dict[str, Expr], start: str) -> tuple[dict[str, Expr], str]:
+def _finalize(rules: dict[str, Expr], start: str) -> dict[str, Expr]:
     refs = {name: set(collect_refs(body, {})) for name, body in rules.items()}
     rules = _reachable(rules, start, refs)  # first: branches inline their options' bodies, often leaving those unused
     callers: dict[str, list[str]] = defaultdict(list)
@@ -4266,34 +4243,7 @@ def _finalize(rules: dict[str, Expr], start: str) -> tuple[dict[str, Expr], str]
         for name in comp:
             rules[name] = union[0] if len(union) == 1 else Alt(tuple(union))
             refs[name] = set(collect_refs(rules[name], {}))
-    # aliases
-    alias: dict[str, str] = {}
-    for name, body in rules.items():
-        if isinstance(body, Ref) and body.rule != name:
-            alias[name] = body.rule
-
-    def target(name: str) -> str:
-        seen = set()
-        while name in alias and name not in seen:
-            seen.add(name)
-            name = alias[name]
-        return name
-
-    final_alias = {name: target(name) for name in alias}
-    start = final_alias.get(start, start)
-    if final_alias:
-        renamed: dict[str, Expr] = {}
-        rename_memo: dict[int, Expr] = {}
-        for name, body in rules.items():
-            if name in final_alias:
-                continue
-            if refs[name].isdisjoint(final_alias):
-                renamed[name] = body
-            else:
-                renamed[name] = _rename(body, final_alias, rename_memo)
-                refs[name] = {final_alias.get(r, r) for r in refs[name]}
-        rules = renamed
-    return _reachable(rules, start, refs), start
+    return _reachable(rules, start, refs)
 
 
 def _sccs(graph: Mapping[str, set[str]]) -> list[set[str]]:

@@ -40,7 +40,6 @@ other Unicode digits and letters, so only negated classes like ``\D`` can differ
 
 from __future__ import annotations
 
-import math
 import re
 from typing import TYPE_CHECKING, Any, TypeVar
 
