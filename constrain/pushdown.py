@@ -677,14 +677,11 @@ def _close_level(
     closed_state, closed_parent, closed_n, pool_mark, closed_mark, work_state, work_parent,
 ):
     """Compute ``closed[d]``, the closure of ``level[d]``; False when the configurations outgrow the bounds.
-    The walk's inner loop handles a plain configuration itself: calling this for every trie node (its array
-    arguments reference-counted on each call) made a whole-vocabulary walk ten times slower."""
-    s0 = level_state[d, 0]
-    if level_n[d] == 1 and call_ptr[s0] == call_ptr[s0 + 1] and not accepting[s0]:
-        closed_state[d, 0] = s0
-        closed_parent[d, 0] = level_parent[d, 0]
-        closed_n[d] = 1
-        closed_mark[d] = pool_mark[d]
+    Configurations that can neither call nor return are their own closure; the walk's inner loop tests that
+    itself (a call per trie node, its array arguments reference-counted each time, made a whole-vocabulary walk
+    ten times slower), so this is called where some configuration calls or returns, or once per range."""
+    if _plain_level(d, accepting, call_ptr, level_state, level_n):
+        _copy_level(d, level_state, level_parent, level_n, closed_state, closed_parent, closed_n, pool_mark, closed_mark)
         return True
     count, top = _expand(
         accepting, call_ptr, call_start, call_return, pool_state, pool_parent, pool_mark[d],
@@ -695,6 +692,25 @@ def _close_level(
     closed_n[d] = count
     closed_mark[d] = top
     return True
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _plain_level(d, accepting, call_ptr, level_state, level_n):
+    """Whether no configuration of ``level[d]`` can call or return (the level is then its own closure)."""
+    for j in range(level_n[d]):
+        s = level_state[d, j]
+        if call_ptr[s] != call_ptr[s + 1] or accepting[s]:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _copy_level(d, level_state, level_parent, level_n, closed_state, closed_parent, closed_n, pool_mark, closed_mark):
+    for j in range(level_n[d]):
+        closed_state[d, j] = level_state[d, j]
+        closed_parent[d, j] = level_parent[d, j]
+    closed_n[d] = level_n[d]
+    closed_mark[d] = pool_mark[d]
 
 
 @njit(cache=True, nogil=True)
@@ -782,10 +798,15 @@ def _walk_pushdown(
                 if closed_n[parent] < 0:
                     s0 = level_state[parent, 0]
                     if level_n[parent] == 1 and call_ptr[s0] == call_ptr[s0 + 1] and not accepting[s0]:
-                        closed_state[parent, 0] = s0  # a plain configuration is its own closure
+                        closed_state[parent, 0] = s0  # the common case first: one plain configuration
                         closed_parent[parent, 0] = level_parent[parent, 0]
                         closed_n[parent] = 1
                         closed_mark[parent] = pool_mark[parent]
+                    elif _plain_level(parent, accepting, call_ptr, level_state, level_n):
+                        _copy_level(
+                            parent, level_state, level_parent, level_n, closed_state, closed_parent, closed_n,
+                            pool_mark, closed_mark,
+                        )  # fmt: skip
                     elif not _close_level(
                         parent, accepting, call_ptr, call_start, call_return, pool_state, pool_parent, level_state,
                         level_parent, level_n, closed_state, closed_parent, closed_n, pool_mark, closed_mark,

@@ -208,6 +208,23 @@ def test_masks_on_gemma_equal_brute_force_on_allowed_and_sampled_tokens(gemma_vo
     assert np.array_equal(mask[ids] & gemma_vocab.matchable[ids], brute_force(machine, gemma_vocab, configs, ids))
 
 
+@pytest.mark.parametrize("chars", [250, 255, 256, 300, 511])
+def test_masks_across_a_long_strings_block_boundary_equal_brute_force(gemma_vocab, chars):
+    # Past 256 characters a string is read in blocks: near a block's end most tokens return from it into two
+    # configurations at once (another block, or the tail), the walk's multi-configuration plain path.
+    structure = compile_json_schema({"type": "string", "minLength": 260, "maxLength": 600}, gemma_vocab)
+    machine = structure.machine
+    configs = machine.read(machine.start, b'"' + "é".encode() * 3 + b"x" * (chars - 3))
+    mask = np.unpackbits(structure.masks.get(configs).view(np.uint8), bitorder="little")[: gemma_vocab.size]
+    mask = mask.astype(bool)
+    rng = np.random.default_rng(chars)
+    allowed = np.flatnonzero(mask & gemma_vocab.matchable)
+    ids = np.union1d(rng.choice(allowed, min(3000, len(allowed)), replace=False), rng.choice(gemma_vocab.size, 3000))
+    long_tokens = np.flatnonzero([len(gemma_vocab.token_bytes(int(i))) >= 12 for i in range(gemma_vocab.size)])
+    ids = np.union1d(ids, rng.choice(long_tokens, 2000, replace=False))  # those that cross the boundary
+    assert np.array_equal(mask[ids] & gemma_vocab.matchable[ids], brute_force(machine, gemma_vocab, configs, ids))
+
+
 def test_matcher_follows_real_tokenizations(gemma_vocab, gemma_tokenizer):
     structure = compile_grammar(JSONISH, gemma_vocab)
     for text in ['{"name":"Ada","tags":["x",{"k":[1,2,-3]}],"ok":true}', "[[[],[]],{}]", '"tab\\t"']:
