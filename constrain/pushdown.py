@@ -706,6 +706,7 @@ def _plain_level(d, accepting, call_ptr, level_state, level_n):
 
 @njit(cache=True, nogil=True, inline="always")
 def _copy_level(d, level_state, level_parent, level_n, closed_state, closed_parent, closed_n, pool_mark, closed_mark):
+    """``closed[d]`` = ``level[d]``, for a level that is its own closure (no frame pushed)."""
     for j in range(level_n[d]):
         closed_state[d, j] = level_state[d, j]
         closed_parent[d, j] = level_parent[d, j]
