@@ -705,6 +705,16 @@ def _plain_level(d, accepting, call_ptr, level_state, level_n):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _bottom_returns(d, accepting, closed_state, closed_parent, closed_n):
+    """Whether a configuration of ``closed[d]`` is a bottom frame that may return to a caller below the walk (a
+    plain level never is: its states do not accept)."""
+    for j in range(closed_n[d]):
+        if closed_parent[d, j] < 0 and accepting[closed_state[d, j]]:
+            return True
+    return False
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _copy_level(d, level_state, level_parent, level_n, closed_state, closed_parent, closed_n, pool_mark, closed_mark):
     """``closed[d]`` = ``level[d]``, for a level that is its own closure (no frame pushed)."""
     for j in range(level_n[d]):
@@ -771,12 +781,9 @@ def _walk_pushdown(
                     work_state, work_parent,
                 ):  # fmt: skip
                     return -1
-                if record:
-                    for j in range(closed_n[0]):
-                        if closed_parent[0, j] < 0 and accepting[closed_state[0, j]]:
-                            pops[num_pops] = -1
-                            num_pops += 1
-                            break
+                if record and _bottom_returns(0, accepting, closed_state, closed_parent, closed_n):
+                    pops[num_pops] = node_at[0]
+                    num_pops += 1
             num_spans = 0
             for byte in range(256):
                 child = root_children[byte]
@@ -808,18 +815,16 @@ def _walk_pushdown(
                             parent, level_state, level_parent, level_n, closed_state, closed_parent, closed_n,
                             pool_mark, closed_mark,
                         )  # fmt: skip
-                    elif not _close_level(
-                        parent, accepting, call_ptr, call_start, call_return, pool_state, pool_parent, level_state,
-                        level_parent, level_n, closed_state, closed_parent, closed_n, pool_mark, closed_mark,
-                        work_state, work_parent,
-                    ):  # fmt: skip
-                        return -1
-                    if record:
-                        for j in range(closed_n[parent]):
-                            if closed_parent[parent, j] < 0 and accepting[closed_state[parent, j]]:
-                                pops[num_pops] = node_at[parent]
-                                num_pops += 1
-                                break
+                    else:  # some configuration calls or returns
+                        if not _close_level(
+                            parent, accepting, call_ptr, call_start, call_return, pool_state, pool_parent,
+                            level_state, level_parent, level_n, closed_state, closed_parent, closed_n, pool_mark,
+                            closed_mark, work_state, work_parent,
+                        ):  # fmt: skip
+                            return -1
+                        if record and _bottom_returns(parent, accepting, closed_state, closed_parent, closed_n):
+                            pops[num_pops] = node_at[parent]
+                            num_pops += 1
                 count = 0
                 for j in range(closed_n[parent]):
                     t = trans[closed_state[parent, j], byte]
