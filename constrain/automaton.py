@@ -629,7 +629,8 @@ def bounded_language_hashes(trans: np.ndarray, accepting: np.ndarray, depth: int
 
 
 @njit(cache=True)
-def _mix64(x):
+def mix64(x):
+    """A 64-bit finaliser (SplitMix64's): every input bit flips about half the output bits."""
     x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     return x ^ (x >> np.uint64(31))
@@ -645,7 +646,7 @@ def _bounded_hashes(columns, accepting, depth, multipliers):
         base[s] = np.uint64(0x2545F4914F6CDD1D) if accepting[s] else np.uint64(0x3C6EF372FE94F82B)
     hashes = np.empty(n, dtype=np.uint64)
     for s in range(n):
-        hashes[s] = _mix64(base[s])
+        hashes[s] = mix64(base[s])
     nxt = np.empty(n, dtype=np.uint64)
     dead = np.uint64(0x9E3779B97F4A7C15)
     for _ in range(depth):
@@ -654,7 +655,7 @@ def _bounded_hashes(columns, accepting, depth, multipliers):
             for c in range(width):
                 t = columns[s, c]
                 acc += (hashes[t] if t >= 0 else dead) * multipliers[c]
-            nxt[s] = _mix64(acc ^ base[s])
+            nxt[s] = mix64(acc ^ base[s])
         hashes, nxt = nxt, hashes
     return hashes
 

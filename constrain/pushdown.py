@@ -24,6 +24,7 @@ from bisect import bisect_right
 import numpy as np
 from numba import njit
 
+from .automaton import mix64
 from .cache import BoundedCache, cache_dir
 from .errors import StructureError
 from .grammar import Grammar, Pushdown, build_pushdown
@@ -246,6 +247,83 @@ def _entry_bytes(entry: tuple[np.ndarray, np.ndarray]) -> int:
     return entry[0].nbytes + entry[1].nbytes
 
 
+#: Tags the small subtrees' key apart from the large subtrees' keys.
+_SMALL_UNIT = np.uint64(0x5BD1E9955BD1E995)
+
+
+@njit(cache=True, nogil=True)
+def _unit_keys(trans, hashes, state, borrowable_bytes, small_bytes, dead):
+    """Keys of what ``state`` lends, one per unit: each large first-byte subtree (the hash of the state after its
+    byte, mixed with the subtree's index; 0 where the byte is dead), then the small subtrees together (the
+    hashes after each of their bytes, folded in order; 0 when all are dead). Two states with a unit's key equal
+    have the same walk in that unit, up to a hash collision."""
+    n = borrowable_bytes.shape[0]
+    keys = np.zeros(n + 1, dtype=np.uint64)
+    for k in range(n):
+        t = trans[state, borrowable_bytes[k]]
+        if t >= 0:
+            keys[k] = mix64(hashes[t] ^ mix64(np.uint64(k + 1))) | np.uint64(1)
+    folded = _SMALL_UNIT
+    live = False
+    for k in range(small_bytes.shape[0]):
+        t = trans[state, small_bytes[k]]
+        folded = mix64(folded + (hashes[t] if t >= 0 else dead))
+        live |= t >= 0
+    if live:
+        keys[n] = folded | np.uint64(1)
+    return keys
+
+
+@njit(cache=True, nogil=True)
+def _index_find(table_keys, table_walks, keys):
+    """(found, walk) per key of the open-addressing table ``table_keys``/``table_walks``."""
+    mask = table_keys.shape[0] - 1
+    found = np.zeros(keys.shape[0], dtype=np.bool_)
+    walks = np.zeros(keys.shape[0], dtype=np.uint64)
+    for i in range(keys.shape[0]):
+        key = keys[i]
+        if key == 0:
+            continue
+        slot = np.int64(key & np.uint64(mask))
+        while table_keys[slot] != 0:
+            if table_keys[slot] == key:
+                found[i] = True
+                walks[i] = table_walks[slot]
+                break
+            slot = (slot + 1) & mask
+    return found, walks
+
+
+@njit(cache=True, nogil=True)
+def _index_put(table_keys, table_walks, keys, walk):
+    """Record ``walk`` under each nonzero key (the table must keep a free slot); returns the keys added."""
+    mask = table_keys.shape[0] - 1
+    added = 0
+    for i in range(keys.shape[0]):
+        key = keys[i]
+        if key == 0:
+            continue
+        slot = np.int64(key & np.uint64(mask))
+        while table_keys[slot] != 0 and table_keys[slot] != key:
+            slot = (slot + 1) & mask
+        added += table_keys[slot] == 0
+        table_keys[slot] = key
+        table_walks[slot] = walk
+    return added
+
+
+@njit(cache=True, nogil=True)
+def _two_byte_hashes(trans, hashes, state, first, second, dead):
+    """The hash of ``state``'s state after each two-byte node's bytes (``first[p]``, ``second[p]``), or ``dead``."""
+    after = np.empty(first.shape[0], dtype=np.uint64)
+    for p in range(first.shape[0]):
+        t = trans[state, first[p]]
+        if t >= 0:
+            t = trans[t, second[p]]
+        after[p] = hashes[t] if t >= 0 else dead
+    return after
+
+
 @dataclass(frozen=True, eq=False)
 class _DeepLender:
     """A large lexical walk, ready to lend the tokens and pops of its two-byte subtrees."""
@@ -326,12 +404,17 @@ class LexicalMasks:
         spans = trie.node_token_ptr[trie.node_next[self.first_nodes]] - trie.node_token_ptr[self.first_nodes]
         self.borrowable = np.flatnonzero(spans >= self.MIN_BORROWED_TOKENS)  # indices into first_nodes
         self._borrowable_bytes = self.first_bytes[self.borrowable]
+        self._subtree_slot = np.full(len(first), -1, dtype=np.int32)  # first-node index -> row of _subtree_words
+        self._subtree_slot[self.borrowable] = np.arange(len(self.borrowable), dtype=np.int32)
         width = (vocab.size + 31) // 32
         self._subtree_words = np.zeros((len(self.borrowable), width), dtype=np.uint32)
         for k, j in enumerate(self.borrowable):
             self._subtree_words[k] = self._token_words(j)
-        self._small_words = np.zeros(width, dtype=np.uint32)  # the tokens of the subtrees never borrowed
-        for j in np.setdiff1d(np.arange(len(first)), self.borrowable):
+        # The small subtrees are lent together, as one unit: alone each would cost a pass over the mask words.
+        self._small = np.setdiff1d(np.arange(len(first)), self.borrowable)  # indices into first_nodes
+        self._small_bytes = self.first_bytes[self._small]
+        self._small_words = np.zeros(width, dtype=np.uint32)
+        for j in self._small:
             self._small_words |= self._token_words(j)
         # The two-byte nodes, with their first-byte subtree (index into first_nodes) and their two bytes.
         self.depth2_nodes = np.flatnonzero(trie.node_depth == 2).astype(np.int32)
@@ -343,7 +426,11 @@ class LexicalMasks:
         #: Two-byte nodes borrowed from deep lenders so far (a statistic for tests and benchmarks).
         self.deep_borrowed_nodes = 0
         self._entries = BoundedCache(self.MAX_BYTES)  # bounded-language hash -> (words, pop ranges)
-        self._lenders: dict[tuple[int, int], int] = {}  # (hash after the first byte, first-node index) -> walk
+        # An open-addressing table (in arrays, read by kernels) from the key of a subtree's language to the walk
+        # that lends it: see _unit_keys.
+        self._lender_keys = np.zeros(2 * self.MAX_LENDERS, dtype=np.uint64)  # 0: an empty slot
+        self._lender_walks = np.zeros(2 * self.MAX_LENDERS, dtype=np.uint64)
+        self._num_lenders = 0
         self._lent_ranges: dict[int, np.ndarray] = {}  # lending walk -> the subtree of each of its pop ranges
         self._scratch = threading.local()
         self._lock = threading.Lock()
@@ -376,22 +463,23 @@ class LexicalMasks:
             name = f"{key:016x}.walk"
             entry = self._load(self.folder / name) if name in self._on_disk else None
             if entry is None:
-                entry, walked_tokens, first_byte_keys = self._compose(trans, accepting, hashes, state)
+                entry, walked_tokens, unit_keys = self._compose(trans, accepting, hashes, state)
                 large = walked_tokens >= self.persist_min_tokens
                 if large and self._save(self.folder / name, entry):
                     self._on_disk.add(name)
             else:
-                first_byte_keys = self._first_byte_keys(trans, hashes, state)
+                unit_keys = self._unit_keys(trans, hashes, state)
                 large = True  # only large walks are saved
             self._entries.put(key, entry, _entry_bytes(entry))
             # Only a large walk lends two-byte subtrees: such walks (a plain string's) are few, and a composed
             # one would mostly lend back what it borrowed.
             deep = self._deep_lender(trans, hashes, state, entry) if large else None
             with self._lock:
-                self._lenders.update(dict.fromkeys(first_byte_keys, key))
-                if len(self._lenders) > self.MAX_LENDERS:
-                    self._lenders.clear()
+                if self._num_lenders + len(unit_keys) > self.MAX_LENDERS:
+                    self._lender_keys[:] = 0
+                    self._num_lenders = 0
                     self._lent_ranges.clear()
+                self._num_lenders += _index_put(self._lender_keys, self._lender_walks, unit_keys, np.uint64(key))
                 if deep is not None:
                     self._deep_lenders[key] = deep
                     self._deep_lenders.move_to_end(key)
@@ -402,16 +490,12 @@ class LexicalMasks:
 
     def _deep_lender(self, trans, hashes, state: int, entry: tuple[np.ndarray, np.ndarray]) -> _DeepLender:
         """A walk as a lender of two-byte subtrees: the hash of its state after each two-byte node's bytes."""
-        once = trans[state, self._depth2_first]
-        twice = np.where(once >= 0, trans[once, self._depth2_second], -1)
-        after = np.where(twice >= 0, hashes[twice], self._DEAD)
+        after = _two_byte_hashes(trans, hashes, state, self._depth2_first, self._depth2_second, self._DEAD)
         return _DeepLender(after, entry[0], np.sort(entry[1][:, 0] - 1).astype(np.int32))
 
-    def _first_byte_keys(self, trans, hashes, state) -> list[tuple[int, int]]:
-        """(hash of the state after the first byte, first-node index) of each large subtree ``state`` enters."""
-        after = trans[state, self._borrowable_bytes]
-        live = after >= 0
-        return list(zip(hashes[after[live]].tolist(), self.borrowable[live].tolist()))
+    def _unit_keys(self, trans, hashes, state) -> np.ndarray:
+        """The lender-index keys of the subtrees ``state`` enters (see :func:`_unit_keys`)."""
+        return _unit_keys(trans, hashes, state, self._borrowable_bytes, self._small_bytes, self._DEAD)
 
     def _ranges_by_subtree(self, walk_key: int, ranges: np.ndarray) -> np.ndarray:
         """The first-byte subtree (index into ``first_nodes``) of each pop range of a lending walk, kept per walk."""
@@ -434,16 +518,17 @@ class LexicalMasks:
         words = np.zeros((self.vocab.size + 31) // 32, dtype=np.uint32)
         lender_of = np.full(len(self.first_nodes), -1, dtype=np.int32)
         lenders: list[tuple[int, tuple[np.ndarray, np.ndarray]]] = []
-        subtrees_of: dict[int, list[int]] = {}  # lending walk -> the first-byte subtrees it lends (usually one walk)
-        first_byte_keys = self._first_byte_keys(trans, hashes, state)
-        for lent in first_byte_keys:
-            walk_key = self._lenders.get(lent)
-            if walk_key is not None:
-                subtrees_of.setdefault(walk_key, []).append(lent[1])
-        for walk_key, subtrees in subtrees_of.items():
+        unit_keys = self._unit_keys(trans, hashes, state)
+        with self._lock:
+            found, walk_keys = _index_find(self._lender_keys, self._lender_walks, unit_keys)
+        units = np.flatnonzero(found)
+        for walk_key in np.unique(walk_keys[units]).tolist():
             lender = self._entries.get(walk_key)
             if lender is not None:
-                lender_of[subtrees] = len(lenders)
+                lent = units[walk_keys[units] == walk_key]
+                lender_of[self.borrowable[lent[lent < len(self.borrowable)]]] = len(lenders)
+                if lent[-1] == len(self.borrowable):  # the small subtrees, the last unit
+                    lender_of[self._small] = len(lenders)
                 lenders.append((walk_key, lender))
         if len(lenders) == 1:
             lender_words = lenders[0][1][0].reshape(1, -1)
@@ -456,7 +541,7 @@ class LexicalMasks:
         pops = self._pops_buffer()
         num_pops, walked_tokens = _walk_lexical(
             trans, accepting, hashes, state, self.first_nodes, self.first_bytes, lender_of, lender_words,
-            self.borrowable, self._subtree_words, self._small_words, trie.node_key, trie.node_next,
+            int(lender_of[self._small[0]]) if len(self._small) else -1, self._subtree_slot, self.borrowable, self._subtree_words, self._small_words, trie.node_key, trie.node_next,
             trie.node_token_ptr, trie.token_ids, self.depth, words, pops, self.depth2_nodes, deep.after, deep.words,
             deep.pops, deep.pops_ptr, used,
         )  # fmt: skip
@@ -474,7 +559,7 @@ class LexicalMasks:
         ranges = np.concatenate(rows) if len(rows) > 1 else rows[0]
         words.flags.writeable = False
         ranges.flags.writeable = False
-        return (words, ranges), int(walked_tokens), first_byte_keys
+        return (words, ranges), int(walked_tokens), unit_keys
 
     def _load(self, path) -> tuple[np.ndarray, np.ndarray] | None:
         """A walk saved by :meth:`_save`: the mask words, then the pop ranges (int64 rows of 3)."""
@@ -857,14 +942,15 @@ def _walk_pushdown(
 
 @njit(cache=True, nogil=True)
 def _walk_lexical(
-    trans, accepting, hashes, state, first_nodes, first_bytes, lender_of, lender_words, borrowable, subtree_words,
-    small_words, node_key, node_next, node_token_ptr, token_ids, depth_cap, out, pops, depth2_nodes, deep_after,
-    deep_words, deep_pops, deep_pops_ptr, deep_used,
+    trans, accepting, hashes, state, first_nodes, first_bytes, lender_of, lender_words, small_lender, subtree_slot,
+    borrowable, subtree_words, small_words, node_key, node_next, node_token_ptr, token_ids, depth_cap, out, pops,
+    depth2_nodes, deep_after, deep_words, deep_pops, deep_pops_ptr, deep_used,
 ):
     """The walk of a call-free state: a plain DFA walk that records, as pops, the trie nodes with children where
     the state is accepting. A first-byte subtree with a lender (``lender_of[j] >= 0``) is not walked: its tokens
-    are the lender's words within ``subtree_words`` (its pops are the lender's, added by the caller). Neither is
-    a two-byte node ``depth2_nodes[p]`` whose state hashes as deep lender ``l``'s state did there
+    are the lender's words within ``subtree_words``, or within ``small_words`` for the small subtrees, which are
+    lent together by ``small_lender`` (its pops are the lender's, added by the caller). Neither is a two-byte
+    node ``depth2_nodes[p]`` whose state hashes as deep lender ``l``'s state did there
     (``deep_after[l, p]``): its tokens are those ``deep_words[l]`` allows, its pops are that lender's pops inside
     it, and ``deep_used[l]`` counts it. Returns (pops written, tokens walked)."""
     width = out.shape[0]
@@ -874,7 +960,7 @@ def _walk_lexical(
             if lender_of[borrowable[k]] == lender:
                 lent += 1
         if 2 * lent > borrowable.shape[0]:  # most subtrees: the lender's words less the others' tokens
-            excluded = small_words.copy()
+            excluded = small_words.copy() if small_lender != lender else np.zeros_like(small_words)
             for k in range(borrowable.shape[0]):
                 if lender_of[borrowable[k]] != lender:
                     for w in range(width):
@@ -886,10 +972,14 @@ def _walk_lexical(
                 if lender_of[borrowable[k]] == lender:
                     for w in range(width):
                         out[w] |= lender_words[lender, w] & subtree_words[k, w]
+            if small_lender == lender:
+                for w in range(width):
+                    out[w] |= lender_words[lender, w] & small_words[w]
     stack = np.empty(depth_cap + 1, dtype=np.int32)
     num_pops = 0
     walked = 0
     num_deep = deep_after.shape[0]
+    lender_at = np.full(depth2_nodes.shape[0], -1, dtype=np.int32)  # per two-byte node: its deep lender, if any
     p = 0  # the next two-byte node (nodes are visited in increasing order)
     lent_pop = deep_pops_ptr[:-1].copy()  # per deep lender, its next pop node
     for j in range(first_nodes.shape[0]):
@@ -898,6 +988,27 @@ def _walk_lexical(
         node = first_nodes[j]
         end = node_next[node]
         walked += node_token_ptr[end] - node_token_ptr[node]
+        bulk = -1  # a deep lender whose words are copied for the whole subtree, then corrected below
+        if num_deep:
+            while p < depth2_nodes.shape[0] and depth2_nodes[p] < node:
+                p += 1
+            bulk = _assign_deep_lenders(
+                trans, hashes, trans[state, first_bytes[j]], p, end, subtree_slot[j], node_key, node_next,
+                node_token_ptr, depth2_nodes, deep_after, lender_at,
+            )  # fmt: skip
+        if bulk >= 0:
+            # The lender's tokens of the whole subtree at once; those of the two-byte nodes it does not lend are
+            # cleared, and walked (or taken from their own lender) below. The first byte's own tokens are set by
+            # both (its state is live), so they need no correction.
+            k = subtree_slot[j]
+            for w in range(width):
+                out[w] |= deep_words[bulk, w] & subtree_words[k, w]
+            q = p
+            while q < depth2_nodes.shape[0] and depth2_nodes[q] < end:
+                if lender_at[q] != bulk:
+                    i = depth2_nodes[q]
+                    _clear_tokens(out, token_ids, node_token_ptr[i], node_token_ptr[node_next[i]])
+                q += 1
         stack[0] = state
         i = node
         while i < end:
@@ -910,16 +1021,13 @@ def _walk_lexical(
             if depth == 2 and num_deep:
                 while depth2_nodes[p] < i:
                     p += 1
-                lender = -1
-                for l in range(num_deep):
-                    if deep_after[l, p] == hashes[s]:
-                        lender = l
-                        break
+                lender = lender_at[p]
                 if lender >= 0:
                     after = node_next[i]
-                    for k in range(node_token_ptr[i], node_token_ptr[after]):
-                        tok = token_ids[k]
-                        out[tok >> 5] |= deep_words[lender, tok >> 5] & (np.uint32(1) << np.uint32(tok & 31))
+                    if lender != bulk:
+                        for k in range(node_token_ptr[i], node_token_ptr[after]):
+                            tok = token_ids[k]
+                            out[tok >> 5] |= deep_words[lender, tok >> 5] & (np.uint32(1) << np.uint32(tok & 31))
                     walked -= node_token_ptr[after] - node_token_ptr[i]
                     q = lent_pop[lender]
                     stop = deep_pops_ptr[lender + 1]
@@ -942,3 +1050,44 @@ def _walk_lexical(
                 num_pops += 1
             i += 1
     return num_pops, walked
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _clear_tokens(out, token_ids, lo, hi):
+    for k in range(lo, hi):
+        tok = token_ids[k]
+        out[tok >> 5] &= ~(np.uint32(1) << np.uint32(tok & 31))
+
+
+#: A deep lender's words are copied for a whole first-byte subtree when it lends at least this many of its tokens
+#: (a copy and mask of the subtree's words costs about what setting this many token bits one by one does).
+_BULK_LENT_TOKENS = 2048
+
+
+@njit(cache=True, nogil=True)
+def _assign_deep_lenders(
+    trans, hashes, after_first, p, end, slot, node_key, node_next, node_token_ptr, depth2_nodes, deep_after,
+    lender_at,
+):
+    """Fill ``lender_at`` for the two-byte nodes ``depth2_nodes[p:]`` below ``end`` (one first-byte subtree, the
+    state ``after_first`` after its byte): the first deep lender whose state there hashes as this walk's, or -1.
+    Returns the lender to copy the whole subtree from (the one lending most tokens, when enough and the subtree
+    has its words, ``slot >= 0``), or -1."""
+    num_deep = deep_after.shape[0]
+    lent_tokens = np.zeros(num_deep, dtype=np.int64)
+    q = p
+    while q < depth2_nodes.shape[0] and depth2_nodes[q] < end:
+        i = depth2_nodes[q]
+        s = trans[after_first, node_key[i] & 255]
+        lender = -1
+        if s >= 0:
+            for l in range(num_deep):
+                if deep_after[l, q] == hashes[s]:
+                    lender = l
+                    break
+        lender_at[q] = lender
+        if lender >= 0:
+            lent_tokens[lender] += node_token_ptr[node_next[i]] - node_token_ptr[i]
+        q += 1
+    best = np.argmax(lent_tokens)
+    return best if slot >= 0 and lent_tokens[best] >= _BULK_LENT_TOKENS else -1

@@ -324,3 +324,26 @@ def test_two_byte_subtrees_are_borrowed_and_masks_equal_whole_walks_on_gemma(gem
         machine.walk(configs, gemma_vocab.trie, want)
         assert np.array_equal(got, want), prefix
     assert store.deep_borrowed_nodes - before > 12 * 10  # most two-byte nodes under each declared first letter
+
+
+def test_a_subtree_copied_from_a_deep_lender_drops_the_two_byte_nodes_it_does_not_lend_on_gemma(gemma_vocab):
+    """A name that starts with "a" must not go on with "z": below the first byte "a", every two-byte node but
+    "az" has the plain name's language, so the walk copies the plain name's tokens of the whole "a" subtree and
+    must then drop the tokens under "az" (there are hundreds: "azure", "az", ...)."""
+    plain = compile_json_schema({"type": "object"}, gemma_vocab)
+    store = LexicalMasks.of(gemma_vocab)
+    plain.masks.get(plain.machine.read(plain.machine.start, b'{"'))  # the plain name: a deep lender
+    assert store._deep_lenders
+    structure = compile_json_schema({"type": "object", "propertyNames": {"pattern": "^(?:a[^z]|[^a])"}}, gemma_vocab)
+    machine = structure.machine
+    before = store.deep_borrowed_nodes
+    az = [i for i in range(gemma_vocab.size) if gemma_vocab.token_bytes(i).startswith(b"az")]
+    assert len(az) > 50
+    for prefix in ['{"', '{"b":1,"']:
+        configs = machine.read(machine.start, prefix.encode())
+        got = structure.masks.get(configs).view(np.uint32).copy()
+        want = np.zeros_like(got)
+        machine.walk(configs, gemma_vocab.trie, want)
+        assert np.array_equal(got, want), prefix
+        assert not any(got[i >> 5] & (1 << (i & 31)) for i in az)
+    assert store.deep_borrowed_nodes > before
