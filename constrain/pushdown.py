@@ -12,7 +12,6 @@ walk backtracks, so a stack is never copied.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -247,31 +246,21 @@ def _entry_bytes(entry: tuple[np.ndarray, np.ndarray]) -> int:
     return entry[0].nbytes + entry[1].nbytes
 
 
-#: Tags the small subtrees' key apart from the large subtrees' keys.
-_SMALL_UNIT = np.uint64(0x5BD1E9955BD1E995)
-
-
 @njit(cache=True, nogil=True)
-def _unit_keys(trans, hashes, state, borrowable_bytes, small_bytes, dead):
-    """Keys of what ``state`` lends, one per unit: each large first-byte subtree (the hash of the state after its
-    byte, mixed with the subtree's index; 0 where the byte is dead), then the small subtrees together (the
-    hashes after each of their bytes, folded in order; 0 when all are dead). Two states with a unit's key equal
-    have the same walk in that unit, up to a hash collision."""
-    n = borrowable_bytes.shape[0]
-    keys = np.zeros(n + 1, dtype=np.uint64)
-    for k in range(n):
-        t = trans[state, borrowable_bytes[k]]
-        if t >= 0:
-            keys[k] = mix64(hashes[t] ^ mix64(np.uint64(k + 1))) | np.uint64(1)
-    folded = _SMALL_UNIT
-    live = False
-    for k in range(small_bytes.shape[0]):
-        t = trans[state, small_bytes[k]]
-        folded = mix64(folded + (hashes[t] if t >= 0 else dead))
-        live |= t >= 0
-    if live:
-        keys[n] = folded | np.uint64(1)
-    return keys
+def _subtree_keys(trans, hashes, state, first_bytes, borrowable, dead):
+    """What ``state`` could lend, by first-byte subtree: the hash of the state after each first byte (``dead``
+    where it is dead), and for each large subtree its key in the lender index, that hash mixed with the subtree's
+    index (0 where dead). Two states with the same hash after a byte have the same walk below it (up to a hash
+    collision)."""
+    after = np.empty(first_bytes.shape[0], dtype=np.uint64)
+    for j in range(first_bytes.shape[0]):
+        t = trans[state, first_bytes[j]]
+        after[j] = hashes[t] if t >= 0 else dead
+    keys = np.zeros(borrowable.shape[0], dtype=np.uint64)
+    for k in range(borrowable.shape[0]):
+        if after[borrowable[k]] != dead:
+            keys[k] = mix64(after[borrowable[k]] ^ mix64(np.uint64(k + 1))) | np.uint64(1)
+    return after, keys
 
 
 @njit(cache=True, nogil=True)
@@ -384,7 +373,10 @@ class LexicalMasks:
     MAX_LENDERS = 262_144
     #: First-byte subtrees with fewer tokens than this are walked, not borrowed.
     MIN_BORROWED_TOKENS = 256
-    #: Large walks kept (least recently used dropped) as lenders of two-byte subtrees.
+    #: Large walks kept as lenders of two-byte subtrees. A new one replaces the one with the least credit: the
+    #: nodes it lent, halved at each replacement. A lender starts with the two-byte nodes where its state comes
+    #: back to itself (all of them for a plain string's body, the state most names and strings come back to), so
+    #: it outlasts a stream of large walks that seldom lend (formats, counted strings).
     MAX_DEEP_LENDERS = 4
     #: Hash of a dead state after two bytes in a deep lender's table: matches no live state (up to 2^-64).
     _DEAD = np.uint64(0x9E3779B97F4A7C15)
@@ -403,34 +395,35 @@ class LexicalMasks:
         self.first_bytes = trie.node_byte[self.first_nodes].astype(np.int64)
         spans = trie.node_token_ptr[trie.node_next[self.first_nodes]] - trie.node_token_ptr[self.first_nodes]
         self.borrowable = np.flatnonzero(spans >= self.MIN_BORROWED_TOKENS)  # indices into first_nodes
-        self._borrowable_bytes = self.first_bytes[self.borrowable]
         self._subtree_slot = np.full(len(first), -1, dtype=np.int32)  # first-node index -> row of _subtree_words
         self._subtree_slot[self.borrowable] = np.arange(len(self.borrowable), dtype=np.int32)
+        self._no_subtrees = np.zeros(len(first), dtype=np.bool_)
         width = (vocab.size + 31) // 32
         self._subtree_words = np.zeros((len(self.borrowable), width), dtype=np.uint32)
         for k, j in enumerate(self.borrowable):
             self._subtree_words[k] = self._token_words(j)
-        # The small subtrees are lent together, as one unit: alone each would cost a pass over the mask words.
-        self._small = np.setdiff1d(np.arange(len(first)), self.borrowable)  # indices into first_nodes
-        self._small_bytes = self.first_bytes[self._small]
+        # The small subtrees have no keys in the lender index (they would crowd it): a walk borrows them from its
+        # main lender, found through the large ones.
         self._small_words = np.zeros(width, dtype=np.uint32)
-        for j in self._small:
+        for j in np.setdiff1d(np.arange(len(first)), self.borrowable):
             self._small_words |= self._token_words(j)
         # The two-byte nodes, with their first-byte subtree (index into first_nodes) and their two bytes.
         self.depth2_nodes = np.flatnonzero(trie.node_depth == 2).astype(np.int32)
         self._depth2_subtree = np.searchsorted(self.first_nodes, self.depth2_nodes, side="right") - 1
         self._depth2_first = self.first_bytes[self._depth2_subtree]
         self._depth2_second = trie.node_byte[self.depth2_nodes].astype(np.int64)
-        self._deep_lenders: OrderedDict[int, _DeepLender] = OrderedDict()  # walk key -> lender, most recent last
+        self._deep_lenders: dict[int, _DeepLender] = {}  # walk key -> lender
+        self._deep_credit: dict[int, float] = {}  # walk key -> see MAX_DEEP_LENDERS
         self._deep = _DeepLenders.stack({}, len(self.depth2_nodes), width)  # the same, as the kernel reads them
         #: Two-byte nodes borrowed from deep lenders so far (a statistic for tests and benchmarks).
         self.deep_borrowed_nodes = 0
         self._entries = BoundedCache(self.MAX_BYTES)  # bounded-language hash -> (words, pop ranges)
-        # An open-addressing table (in arrays, read by kernels) from the key of a subtree's language to the walk
-        # that lends it: see _unit_keys.
+        # An open-addressing table (in arrays, read by kernels) from the key of a large subtree's language to the
+        # walk that lends it, and each lending walk's hashes after each first byte (see _subtree_keys).
         self._lender_keys = np.zeros(2 * self.MAX_LENDERS, dtype=np.uint64)  # 0: an empty slot
         self._lender_walks = np.zeros(2 * self.MAX_LENDERS, dtype=np.uint64)
         self._num_lenders = 0
+        self._walk_after: dict[int, np.ndarray] = {}
         self._lent_ranges: dict[int, np.ndarray] = {}  # lending walk -> the subtree of each of its pop ranges
         self._scratch = threading.local()
         self._lock = threading.Lock()
@@ -463,28 +456,32 @@ class LexicalMasks:
             name = f"{key:016x}.walk"
             entry = self._load(self.folder / name) if name in self._on_disk else None
             if entry is None:
-                entry, walked_tokens, unit_keys = self._compose(trans, accepting, hashes, state)
+                entry, walked_tokens, (after, keys) = self._compose(trans, accepting, hashes, state)
                 large = walked_tokens >= self.persist_min_tokens
                 if large and self._save(self.folder / name, entry):
                     self._on_disk.add(name)
             else:
-                unit_keys = self._unit_keys(trans, hashes, state)
+                after, keys = self._subtree_keys(trans, hashes, state)
                 large = True  # only large walks are saved
             self._entries.put(key, entry, _entry_bytes(entry))
             # Only a large walk lends two-byte subtrees: such walks (a plain string's) are few, and a composed
             # one would mostly lend back what it borrowed.
             deep = self._deep_lender(trans, hashes, state, entry) if large else None
             with self._lock:
-                if self._num_lenders + len(unit_keys) > self.MAX_LENDERS:
+                if self._num_lenders + len(keys) > self.MAX_LENDERS:
                     self._lender_keys[:] = 0
                     self._num_lenders = 0
                     self._lent_ranges.clear()
-                self._num_lenders += _index_put(self._lender_keys, self._lender_walks, unit_keys, np.uint64(key))
-                if deep is not None:
+                    self._walk_after.clear()
+                self._num_lenders += _index_put(self._lender_keys, self._lender_walks, keys, np.uint64(key))
+                self._walk_after[key] = after
+                if deep is not None and key not in self._deep_lenders:
+                    if len(self._deep_lenders) >= self.MAX_DEEP_LENDERS:
+                        least = min(self._deep_credit, key=self._deep_credit.__getitem__)
+                        del self._deep_lenders[least], self._deep_credit[least]
+                        self._deep_credit = {k: n / 2 for k, n in self._deep_credit.items()}
                     self._deep_lenders[key] = deep
-                    self._deep_lenders.move_to_end(key)
-                    while len(self._deep_lenders) > self.MAX_DEEP_LENDERS:
-                        self._deep_lenders.popitem(last=False)
+                    self._deep_credit[key] = int(np.count_nonzero(deep.after == hashes[state]))
                     self._deep = _DeepLenders.stack(self._deep_lenders, len(self.depth2_nodes), len(entry[0]))
         return entry
 
@@ -493,9 +490,9 @@ class LexicalMasks:
         after = _two_byte_hashes(trans, hashes, state, self._depth2_first, self._depth2_second, self._DEAD)
         return _DeepLender(after, entry[0], np.sort(entry[1][:, 0] - 1).astype(np.int32))
 
-    def _unit_keys(self, trans, hashes, state) -> np.ndarray:
-        """The lender-index keys of the subtrees ``state`` enters (see :func:`_unit_keys`)."""
-        return _unit_keys(trans, hashes, state, self._borrowable_bytes, self._small_bytes, self._DEAD)
+    def _subtree_keys(self, trans, hashes, state) -> tuple[np.ndarray, np.ndarray]:
+        """``state``'s hashes after each first byte, and its large subtrees' keys in the lender index."""
+        return _subtree_keys(trans, hashes, state, self.first_bytes, self.borrowable, self._DEAD)
 
     def _ranges_by_subtree(self, walk_key: int, ranges: np.ndarray) -> np.ndarray:
         """The first-byte subtree (index into ``first_nodes``) of each pop range of a lending walk, kept per walk."""
@@ -518,18 +515,30 @@ class LexicalMasks:
         words = np.zeros((self.vocab.size + 31) // 32, dtype=np.uint32)
         lender_of = np.full(len(self.first_nodes), -1, dtype=np.int32)
         lenders: list[tuple[int, tuple[np.ndarray, np.ndarray]]] = []
-        unit_keys = self._unit_keys(trans, hashes, state)
+        main_live = self._no_subtrees
+        after, keys = self._subtree_keys(trans, hashes, state)
         with self._lock:
-            found, walk_keys = _index_find(self._lender_keys, self._lender_walks, unit_keys)
+            found, walk_keys = _index_find(self._lender_keys, self._lender_walks, keys)
         units = np.flatnonzero(found)
-        for walk_key in np.unique(walk_keys[units]).tolist():
-            lender = self._entries.get(walk_key)
-            if lender is not None:
-                lent = units[walk_keys[units] == walk_key]
-                lender_of[self.borrowable[lent[lent < len(self.borrowable)]]] = len(lenders)
-                if lent[-1] == len(self.borrowable):  # the small subtrees, the last unit
-                    lender_of[self._small] = len(lenders)
+        named = walk_keys[units]
+        # The main lender is the walk the index names for most large subtrees. It lends every subtree where its
+        # state after the byte hashes as this one's, small ones too; the others lend what is left.
+        for _, walk_key in sorted(((np.count_nonzero(named == w), w) for w in set(named.tolist())), reverse=True):
+            lender, lender_after = self._entries.get(walk_key), self._walk_after.get(walk_key)
+            if lender is None or lender_after is None:
+                continue
+            if lenders:
+                lent = self.borrowable[units[named == walk_key]]
+                lent = lent[lender_of[lent] < 0]
+            else:
+                lent = np.flatnonzero((lender_after == after) & (after != self._DEAD))
+                main_live = lender_after != self._DEAD
+            if len(lent):
+                lender_of[lent] = len(lenders)
                 lenders.append((walk_key, lender))
+        # The index keeps the lenders of the subtrees lent: one walk goes on lending all it can, so later walks
+        # borrow from one lender, not from several that copied each other.
+        keys[lender_of[self.borrowable] >= 0] = 0
         if len(lenders) == 1:
             lender_words = lenders[0][1][0].reshape(1, -1)
         elif lenders:
@@ -540,17 +549,17 @@ class LexicalMasks:
         used = np.zeros(len(deep.keys), dtype=np.int64)
         pops = self._pops_buffer()
         num_pops, walked_tokens = _walk_lexical(
-            trans, accepting, hashes, state, self.first_nodes, self.first_bytes, lender_of, lender_words,
-            int(lender_of[self._small[0]]) if len(self._small) else -1, self._subtree_slot, self.borrowable, self._subtree_words, self._small_words, trie.node_key, trie.node_next,
+            trans, accepting, hashes, state, self.first_nodes, self.first_bytes, lender_of, lender_words, main_live,
+            self._subtree_slot, self._subtree_words, self._small_words, trie.node_key, trie.node_next,
             trie.node_token_ptr, trie.token_ids, self.depth, words, pops, self.depth2_nodes, deep.after, deep.words,
             deep.pops, deep.pops_ptr, used,
         )  # fmt: skip
         if used.any():
             self.deep_borrowed_nodes += int(used.sum())
             with self._lock:
-                for walk_key in [k for k, n in zip(deep.keys, used.tolist()) if n]:
-                    if walk_key in self._deep_lenders:
-                        self._deep_lenders.move_to_end(walk_key)
+                for walk_key, n in zip(deep.keys, used.tolist()):
+                    if n and walk_key in self._deep_credit:
+                        self._deep_credit[walk_key] += n
         rows = [_pop_ranges(trie, pops[:num_pops])]
         for slot, (walk_key, (_, lender_ranges)) in enumerate(lenders):
             if len(lender_ranges):
@@ -559,7 +568,7 @@ class LexicalMasks:
         ranges = np.concatenate(rows) if len(rows) > 1 else rows[0]
         words.flags.writeable = False
         ranges.flags.writeable = False
-        return (words, ranges), int(walked_tokens), unit_keys
+        return (words, ranges), int(walked_tokens), (after, keys)
 
     def _load(self, path) -> tuple[np.ndarray, np.ndarray] | None:
         """A walk saved by :meth:`_save`: the mask words, then the pop ranges (int64 rows of 3)."""
@@ -942,39 +951,44 @@ def _walk_pushdown(
 
 @njit(cache=True, nogil=True)
 def _walk_lexical(
-    trans, accepting, hashes, state, first_nodes, first_bytes, lender_of, lender_words, small_lender, subtree_slot,
-    borrowable, subtree_words, small_words, node_key, node_next, node_token_ptr, token_ids, depth_cap, out, pops,
+    trans, accepting, hashes, state, first_nodes, first_bytes, lender_of, lender_words, main_live, subtree_slot,
+    subtree_words, small_words, node_key, node_next, node_token_ptr, token_ids, depth_cap, out, pops,
     depth2_nodes, deep_after, deep_words, deep_pops, deep_pops_ptr, deep_used,
 ):
     """The walk of a call-free state: a plain DFA walk that records, as pops, the trie nodes with children where
     the state is accepting. A first-byte subtree with a lender (``lender_of[j] >= 0``) is not walked: its tokens
-    are the lender's words within ``subtree_words``, or within ``small_words`` for the small subtrees, which are
-    lent together by ``small_lender`` (its pops are the lender's, added by the caller). Neither is a two-byte
-    node ``depth2_nodes[p]`` whose state hashes as deep lender ``l``'s state did there
+    are the lender's (lender 0 lends most; ``main_live[j]`` says where it has tokens of its own); its pops are the
+    lender's, added by the caller. ``subtree_words`` holds the large subtrees' tokens (row ``subtree_slot[j]``),
+    ``small_words`` those of all the small ones. Neither is
+    a two-byte node ``depth2_nodes[p]`` whose state hashes as deep lender ``l``'s state did there
     (``deep_after[l, p]``): its tokens are those ``deep_words[l]`` allows, its pops are that lender's pops inside
     it, and ``deep_used[l]`` counts it. Returns (pops written, tokens walked)."""
     width = out.shape[0]
-    for lender in range(lender_words.shape[0] if lender_of.max() >= 0 else 0):
+    if lender_of.max() >= 0:
+        # The main lender (0) lends most. Its tokens come in by one pass over the words of each large subtree it
+        # lends, or by one pass over its words less those of the small subtrees (the ones it lends are copied
+        # below) and of the large subtrees it has tokens in but does not lend: whichever reads fewer subtrees.
         lent = 0
-        for k in range(borrowable.shape[0]):
-            if lender_of[borrowable[k]] == lender:
-                lent += 1
-        if 2 * lent > borrowable.shape[0]:  # most subtrees: the lender's words less the others' tokens
-            excluded = small_words.copy() if small_lender != lender else np.zeros_like(small_words)
-            for k in range(borrowable.shape[0]):
-                if lender_of[borrowable[k]] != lender:
-                    for w in range(width):
-                        excluded[w] |= subtree_words[k, w]
-            for w in range(width):
-                out[w] |= lender_words[lender, w] & ~excluded[w]
+        kept = 0
+        for j in range(first_nodes.shape[0]):
+            if subtree_slot[j] >= 0:
+                lent += lender_of[j] == 0
+                kept += lender_of[j] != 0 and main_live[j]
+        main = lender_words[0]
+        if lent <= kept:
+            for j in range(first_nodes.shape[0]):
+                if subtree_slot[j] >= 0 and lender_of[j] == 0:
+                    _or_and(out, main, subtree_words[subtree_slot[j]])
         else:
-            for k in range(borrowable.shape[0]):
-                if lender_of[borrowable[k]] == lender:
-                    for w in range(width):
-                        out[w] |= lender_words[lender, w] & subtree_words[k, w]
-            if small_lender == lender:
-                for w in range(width):
-                    out[w] |= lender_words[lender, w] & small_words[w]
+            excluded = small_words.copy()
+            for j in range(first_nodes.shape[0]):
+                if subtree_slot[j] >= 0 and lender_of[j] != 0 and main_live[j]:
+                    _or(excluded, subtree_words[subtree_slot[j]])
+            for w in range(width):
+                out[w] |= main[w] & ~excluded[w]
+        for j in range(first_nodes.shape[0]):
+            if subtree_slot[j] >= 0 and lender_of[j] > 0:
+                _or_and(out, lender_words[lender_of[j]], subtree_words[subtree_slot[j]])
     stack = np.empty(depth_cap + 1, dtype=np.int32)
     num_pops = 0
     walked = 0
@@ -983,10 +997,14 @@ def _walk_lexical(
     p = 0  # the next two-byte node (nodes are visited in increasing order)
     lent_pop = deep_pops_ptr[:-1].copy()  # per deep lender, its next pop node
     for j in range(first_nodes.shape[0]):
-        if lender_of[j] >= 0 or trans[state, first_bytes[j]] < 0:  # first bytes are contiguous, nodes spread
+        if trans[state, first_bytes[j]] < 0:  # first bytes are contiguous, nodes spread
             continue
         node = first_nodes[j]
         end = node_next[node]
+        if lender_of[j] >= 0:
+            if subtree_slot[j] < 0:
+                _copy_tokens(out, lender_words[lender_of[j]], token_ids, node_token_ptr[node], node_token_ptr[end])
+            continue
         walked += node_token_ptr[end] - node_token_ptr[node]
         bulk = -1  # a deep lender whose words are copied for the whole subtree, then corrected below
         if num_deep:
@@ -1000,9 +1018,7 @@ def _walk_lexical(
             # The lender's tokens of the whole subtree at once; those of the two-byte nodes it does not lend are
             # cleared, and walked (or taken from their own lender) below. The first byte's own tokens are set by
             # both (its state is live), so they need no correction.
-            k = subtree_slot[j]
-            for w in range(width):
-                out[w] |= deep_words[bulk, w] & subtree_words[k, w]
+            _or_and(out, deep_words[bulk], subtree_words[subtree_slot[j]])
             q = p
             while q < depth2_nodes.shape[0] and depth2_nodes[q] < end:
                 if lender_at[q] != bulk:
@@ -1052,11 +1068,32 @@ def _walk_lexical(
     return num_pops, walked
 
 
+@njit(cache=True, nogil=True)
+def _or_and(out, a, b):
+    """``out |= a & b`` over whole rows, in a loop of its own: with its rows in locals it vectorises (indexing
+    a 2-D array by a row read from memory inside the loop does not)."""
+    for w in range(out.shape[0]):
+        out[w] |= a[w] & b[w]
+
+
+@njit(cache=True, nogil=True)
+def _or(out, a):
+    for w in range(out.shape[0]):
+        out[w] |= a[w]
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _clear_tokens(out, token_ids, lo, hi):
     for k in range(lo, hi):
         tok = token_ids[k]
         out[tok >> 5] &= ~(np.uint32(1) << np.uint32(tok & 31))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _copy_tokens(out, words, token_ids, lo, hi):
+    for k in range(lo, hi):
+        tok = token_ids[k]
+        out[tok >> 5] |= words[tok >> 5] & (np.uint32(1) << np.uint32(tok & 31))
 
 
 #: A deep lender's words are copied for a whole first-byte subtree when it lends at least this many of its tokens

@@ -347,3 +347,27 @@ def test_a_subtree_copied_from_a_deep_lender_drops_the_two_byte_nodes_it_does_no
         assert np.array_equal(got, want), prefix
         assert not any(got[i >> 5] & (1 << (i & 31)) for i in az)
     assert store.deep_borrowed_nodes > before
+
+
+def test_walks_borrow_from_several_lenders_and_drop_the_main_lenders_other_tokens_on_gemma(gemma_vocab):
+    """A name state borrows most subtrees from the plain name's walk (its main lender) and the subtree of "a"
+    from an earlier walk that excluded the same names under "a". A name that must start with a lowercase ASCII
+    letter borrows those subtrees from the plain name and must drop every token the plain name allows under the
+    other first bytes (a dense pass for the large subtree of words after a space, token by token for the
+    others)."""
+    def mask(structure, prefix):
+        configs = structure.machine.read(structure.machine.start, prefix)
+        got = structure.masks.get(configs).view(np.uint32).copy()
+        want = np.zeros_like(got)
+        structure.machine.walk(configs, gemma_vocab.trie, want)
+        assert np.array_equal(got, want), prefix
+        return got
+
+    plain = compile_json_schema({"type": "object"}, gemma_vocab)
+    mask(plain, b'{"')
+    mask(compile_json_schema({"type": "object", "properties": {"alpha": {}}}, gemma_vocab), b'{"')
+    mask(compile_json_schema({"type": "object", "properties": {"alpha": {}, "bravo": {}}}, gemma_vocab), b'{"')
+    lowercase = compile_json_schema({"type": "object", "propertyNames": {"pattern": "^[a-z]"}}, gemma_vocab)
+    got = mask(lowercase, b'{"')
+    word = next(i for i in range(gemma_vocab.size) if gemma_vocab.token_bytes(i) == b" the")
+    assert not got[word >> 5] & (1 << (word & 31))
