@@ -373,10 +373,11 @@ class LexicalMasks:
     MAX_LENDERS = 262_144
     #: First-byte subtrees with fewer tokens than this are walked, not borrowed.
     MIN_BORROWED_TOKENS = 256
-    #: Large walks kept as lenders of two-byte subtrees. A new one replaces the one with the least credit: the
-    #: nodes it lent, halved at each replacement. A lender starts with the two-byte nodes where its state comes
-    #: back to itself (all of them for a plain string's body, the state most names and strings come back to), so
-    #: it outlasts a stream of large walks that seldom lend (formats, counted strings).
+    #: Large walks kept as lenders of two-byte subtrees. A lender's credit starts at the two-byte nodes where its
+    #: state comes back to itself (all of them for a plain string's body, the state most names and strings come
+    #: back to) and grows by the nodes it lends; a new walk replaces the lender with the least credit when it
+    #: starts with more, and the others' credit is then halved. So a stream of large walks that seldom lend
+    #: (formats, counted strings) does not push out the lenders in use.
     MAX_DEEP_LENDERS = 4
     #: Hash of a dead state after two bytes in a deep lender's table: matches no live state (up to 2^-64).
     _DEAD = np.uint64(0x9E3779B97F4A7C15)
@@ -404,8 +405,9 @@ class LexicalMasks:
             self._subtree_words[k] = self._token_words(j)
         # The small subtrees have no keys in the lender index (they would crowd it): a walk borrows them from its
         # main lender, found through the large ones.
+        self._small = np.setdiff1d(np.arange(len(first)), self.borrowable)
         self._small_words = np.zeros(width, dtype=np.uint32)
-        for j in np.setdiff1d(np.arange(len(first)), self.borrowable):
+        for j in self._small:
             self._small_words |= self._token_words(j)
         # The two-byte nodes, with their first-byte subtree (index into first_nodes) and their two bytes.
         self.depth2_nodes = np.flatnonzero(trie.node_depth == 2).astype(np.int32)
@@ -473,17 +475,26 @@ class LexicalMasks:
                     self._num_lenders = 0
                     self._lent_ranges.clear()
                     self._walk_after.clear()
+                # The latest walk becomes the lender of each of its subtrees, even those it borrowed: its words are
+                # the likeliest to be in the CPU cache still (keeping the first lender measured slower).
                 self._num_lenders += _index_put(self._lender_keys, self._lender_walks, keys, np.uint64(key))
                 self._walk_after[key] = after
                 if deep is not None and key not in self._deep_lenders:
-                    if len(self._deep_lenders) >= self.MAX_DEEP_LENDERS:
-                        least = min(self._deep_credit, key=self._deep_credit.__getitem__)
-                        del self._deep_lenders[least], self._deep_credit[least]
-                        self._deep_credit = {k: n / 2 for k, n in self._deep_credit.items()}
-                    self._deep_lenders[key] = deep
-                    self._deep_credit[key] = int(np.count_nonzero(deep.after == hashes[state]))
-                    self._deep = _DeepLenders.stack(self._deep_lenders, len(self.depth2_nodes), len(entry[0]))
+                    self._admit_deep_lender(key, deep, int(np.count_nonzero(deep.after == hashes[state])))
         return entry
+
+    def _admit_deep_lender(self, key: int, deep: _DeepLender, credit: int) -> None:
+        """Keep ``deep`` as a lender, in place of the one with the least credit if there is no room and it has
+        less credit than ``deep`` starts with (see MAX_DEEP_LENDERS). Called with the lock held."""
+        if len(self._deep_lenders) >= self.MAX_DEEP_LENDERS:
+            least = min(self._deep_credit, key=self._deep_credit.__getitem__)
+            if self._deep_credit[least] >= credit:
+                return
+            del self._deep_lenders[least], self._deep_credit[least]
+            self._deep_credit = {k: n / 2 for k, n in self._deep_credit.items()}
+        self._deep_lenders[key] = deep
+        self._deep_credit[key] = credit
+        self._deep = _DeepLenders.stack(self._deep_lenders, len(self.depth2_nodes), len(deep.words))
 
     def _deep_lender(self, trans, hashes, state: int, entry: tuple[np.ndarray, np.ndarray]) -> _DeepLender:
         """A walk as a lender of two-byte subtrees: the hash of its state after each two-byte node's bytes."""
@@ -516,6 +527,7 @@ class LexicalMasks:
         lender_of = np.full(len(self.first_nodes), -1, dtype=np.int32)
         lenders: list[tuple[int, tuple[np.ndarray, np.ndarray]]] = []
         main_live = self._no_subtrees
+        small_whole = False
         after, keys = self._subtree_keys(trans, hashes, state)
         with self._lock:
             found, walk_keys = _index_find(self._lender_keys, self._lender_walks, keys)
@@ -531,14 +543,13 @@ class LexicalMasks:
                 lent = self.borrowable[units[named == walk_key]]
                 lent = lent[lender_of[lent] < 0]
             else:
-                lent = np.flatnonzero((lender_after == after) & (after != self._DEAD))
+                same = lender_after == after
+                lent = np.flatnonzero(same & (after != self._DEAD))
                 main_live = lender_after != self._DEAD
+                small_whole = bool(same[self._small].all())
             if len(lent):
                 lender_of[lent] = len(lenders)
                 lenders.append((walk_key, lender))
-        # The index keeps the lenders of the subtrees lent: one walk goes on lending all it can, so later walks
-        # borrow from one lender, not from several that copied each other.
-        keys[lender_of[self.borrowable] >= 0] = 0
         if len(lenders) == 1:
             lender_words = lenders[0][1][0].reshape(1, -1)
         elif lenders:
@@ -550,7 +561,7 @@ class LexicalMasks:
         pops = self._pops_buffer()
         num_pops, walked_tokens = _walk_lexical(
             trans, accepting, hashes, state, self.first_nodes, self.first_bytes, lender_of, lender_words, main_live,
-            self._subtree_slot, self._subtree_words, self._small_words, trie.node_key, trie.node_next,
+            small_whole, self._subtree_slot, self._subtree_words, self._small_words, trie.node_key, trie.node_next,
             trie.node_token_ptr, trie.token_ids, self.depth, words, pops, self.depth2_nodes, deep.after, deep.words,
             deep.pops, deep.pops_ptr, used,
         )  # fmt: skip
@@ -951,16 +962,16 @@ def _walk_pushdown(
 
 @njit(cache=True, nogil=True)
 def _walk_lexical(
-    trans, accepting, hashes, state, first_nodes, first_bytes, lender_of, lender_words, main_live, subtree_slot,
-    subtree_words, small_words, node_key, node_next, node_token_ptr, token_ids, depth_cap, out, pops,
+    trans, accepting, hashes, state, first_nodes, first_bytes, lender_of, lender_words, main_live, small_whole,
+    subtree_slot, subtree_words, small_words, node_key, node_next, node_token_ptr, token_ids, depth_cap, out, pops,
     depth2_nodes, deep_after, deep_words, deep_pops, deep_pops_ptr, deep_used,
 ):
     """The walk of a call-free state: a plain DFA walk that records, as pops, the trie nodes with children where
     the state is accepting. A first-byte subtree with a lender (``lender_of[j] >= 0``) is not walked: its tokens
-    are the lender's (lender 0 lends most; ``main_live[j]`` says where it has tokens of its own); its pops are the
-    lender's, added by the caller. ``subtree_words`` holds the large subtrees' tokens (row ``subtree_slot[j]``),
-    ``small_words`` those of all the small ones. Neither is
-    a two-byte node ``depth2_nodes[p]`` whose state hashes as deep lender ``l``'s state did there
+    are the lender's (lender 0 lends most; ``main_live[j]`` says where it has tokens of its own, ``small_whole``
+    whether it lends all the small subtrees); its pops are the lender's, added by the caller. ``subtree_words``
+    holds the large subtrees' tokens (row ``subtree_slot[j]``), ``small_words`` those of all the small ones.
+    Neither is a two-byte node ``depth2_nodes[p]`` whose state hashes as deep lender ``l``'s state did there
     (``deep_after[l, p]``): its tokens are those ``deep_words[l]`` allows, its pops are that lender's pops inside
     it, and ``deep_used[l]`` counts it. Returns (pops written, tokens walked)."""
     width = out.shape[0]
@@ -979,8 +990,10 @@ def _walk_lexical(
             for j in range(first_nodes.shape[0]):
                 if subtree_slot[j] >= 0 and lender_of[j] == 0:
                     _or_and(out, main, subtree_words[subtree_slot[j]])
+            if small_whole:
+                _or_and(out, main, small_words)
         else:
-            excluded = small_words.copy()
+            excluded = np.zeros_like(small_words) if small_whole else small_words.copy()
             for j in range(first_nodes.shape[0]):
                 if subtree_slot[j] >= 0 and lender_of[j] != 0 and main_live[j]:
                     _or(excluded, subtree_words[subtree_slot[j]])
@@ -1002,7 +1015,7 @@ def _walk_lexical(
         node = first_nodes[j]
         end = node_next[node]
         if lender_of[j] >= 0:
-            if subtree_slot[j] < 0:
+            if subtree_slot[j] < 0 and not small_whole:
                 _copy_tokens(out, lender_words[lender_of[j]], token_ids, node_token_ptr[node], node_token_ptr[end])
             continue
         walked += node_token_ptr[end] - node_token_ptr[node]
