@@ -426,7 +426,8 @@ class LexicalMasks:
         self._lender_walks = np.zeros(2 * self.MAX_LENDERS, dtype=np.uint64)
         self._num_lenders = 0
         self._walk_after: dict[int, np.ndarray] = {}
-        self._lent_ranges: dict[int, np.ndarray] = {}  # lending walk -> the subtree of each of its pop ranges
+        # Lending walk -> (its pop ranges, the first-byte subtree of each).
+        self._lent_ranges: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._scratch = threading.local()
         self._lock = threading.Lock()
         # Reading a walk back costs about what walking a few thousand tokens does: only large walks are saved.
@@ -506,12 +507,14 @@ class LexicalMasks:
         return _subtree_keys(trans, hashes, state, self.first_bytes, self.borrowable, self._DEAD)
 
     def _ranges_by_subtree(self, walk_key: int, ranges: np.ndarray) -> np.ndarray:
-        """The first-byte subtree (index into ``first_nodes``) of each pop range of a lending walk, kept per walk."""
+        """The first-byte subtree (index into ``first_nodes``) of each pop range of a lending walk, kept per walk
+        with the ranges it was computed from: a walk evicted and composed again lists the same ranges in another
+        order (its lenders differ), and rows taken by a stale index would be wrong ones."""
         found = self._lent_ranges.get(walk_key)
-        if found is None:
-            found = np.searchsorted(self.first_nodes, ranges[:, 0] - 1, side="right") - 1
+        if found is None or found[0] is not ranges:
+            found = (ranges, np.searchsorted(self.first_nodes, ranges[:, 0] - 1, side="right") - 1)
             self._lent_ranges[walk_key] = found
-        return found
+        return found[1]
 
     def _pops_buffer(self) -> np.ndarray:
         """A per-thread scratch array for the pop nodes of one walk (one entry per trie node at most)."""

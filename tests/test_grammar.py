@@ -371,3 +371,19 @@ def test_walks_borrow_from_several_lenders_and_drop_the_main_lenders_other_token
     got = mask(lowercase, b'{"')
     word = next(i for i in range(gemma_vocab.size) if gemma_vocab.token_bytes(i) == b" the")
     assert not got[word >> 5] & (1 << (word & 31))
+
+
+def test_a_lenders_pop_ranges_are_indexed_as_the_lender_lists_them_now_on_gemma(gemma_vocab):
+    """A walk evicted and composed again lists the same pop ranges in another order (its lenders differ then).
+    The first-byte subtree of each range, which says which rows a borrower takes, must be that of the ranges as
+    listed now: an index kept from the old order picked other subtrees' rows (on the whole dev set that lost
+    pops, and then tokens of valid instances)."""
+    structure = compile_json_schema({"type": "object"}, gemma_vocab)
+    machine = structure.machine
+    structure.masks.get(machine.read(machine.start, b'{"'))
+    store = LexicalMasks.of(gemma_vocab)
+    key, (_, ranges) = next((k, v[0]) for k, v in store._entries._entries.items() if len(v[0][1]) > 10)
+    again = ranges[np.roll(np.arange(len(ranges)), 7)]
+    for listed in (ranges, again, ranges):
+        got = [bytes([store.first_bytes[j]]) for j in store._ranges_by_subtree(key, listed)]
+        assert got == [gemma_vocab.trie.node_path(int(first) - 1)[:1] for first in listed[:, 0]]
