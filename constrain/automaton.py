@@ -247,16 +247,17 @@ class ByteNFA:
         byte_ptr, byte_rows = _csr(self._bytes, 4, n)
         eps_ptr, eps_rows = _csr(self._epsilon, 2, n)
         call_ptr, call_rows = _csr(self._calls, 3, n)
-        markers = np.array(self._markers, dtype=np.int32).reshape(-1, 3)
-        begin = markers[markers[:, 1] == BEGIN][:, [0, 2]]
         start_ptr, start_rows = (eps_ptr, eps_rows)  # where the start's closure looks: epsilons, and BEGIN markers
-        if len(begin):
-            start_ptr, start_rows = _csr(np.concatenate([eps_rows, begin]).ravel(), 2, n)
         final = np.zeros(n, dtype=np.bool_)
         final[accept] = True
-        end = markers[markers[:, 1] == END][:, [0, 2]]
-        if len(end):
-            final = _reaching(np.concatenate([eps_rows, end]), n, accept)
+        if self._markers:
+            markers = np.array(self._markers, dtype=np.int32).reshape(-1, 3)
+            begin = markers[markers[:, 1] == BEGIN][:, [0, 2]]
+            if len(begin):
+                start_ptr, start_rows = _csr(np.concatenate([eps_rows, begin]).ravel(), 2, n)
+            end = markers[markers[:, 1] == END][:, [0, 2]]
+            if len(end):
+                final = _reaching(np.concatenate([eps_rows, end]), n, accept)
         important = final | (np.diff(byte_ptr) > 0) | (np.diff(call_ptr) > 0)
         num_rules = int(call_rows[:, 1].max()) + 1 if len(call_rows) else 0
         capacity = 64
@@ -294,12 +295,24 @@ _WORK_PER_SLICE = 1 << 20
 def _csr(flat: list[int] | np.ndarray, width: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Rows of ``width`` ints (source state first) grouped by source: ``(ptr, rows)``, rows of state ``s`` being
     ``rows[ptr[s]:ptr[s + 1]]``."""
-    rows = np.array(flat, dtype=np.int32).reshape(-1, width)
-    if len(rows) > 1:
-        rows = rows[np.argsort(rows[:, 0], kind="stable")]
+    return _group_by_source(np.array(flat, dtype=np.int32).reshape(-1, width), n)
+
+
+@njit(cache=True)
+def _group_by_source(rows, n):
+    """A stable counting sort of ``rows`` by their first column, with the start of each source's rows."""
     ptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(rows[:, 0], minlength=n), out=ptr[1:])
-    return ptr, np.ascontiguousarray(rows)
+    for k in range(rows.shape[0]):
+        ptr[rows[k, 0] + 1] += 1
+    for s in range(n):
+        ptr[s + 1] += ptr[s]
+    fill = ptr[:-1].copy()
+    out = np.empty_like(rows)
+    for k in range(rows.shape[0]):
+        s = rows[k, 0]
+        out[fill[s]] = rows[k]
+        fill[s] += 1
+    return ptr, out
 
 
 @njit(cache=True)
@@ -618,14 +631,7 @@ def bounded_language_hashes(trans: np.ndarray, accepting: np.ndarray, depth: int
     walk: this is what lets a string of ``maxLength`` 500 share the walk of an unbounded string once fewer than
     500 characters fit in any token, and lets different structures share the walks of the same lexical pieces.
     """
-    trans = np.ascontiguousarray(trans, dtype=np.int32)
-    reps, class_of = column_classes(trans)
-    # The sum over bytes is linear, so the bytes of one class (identical columns) are summed once, with the sum
-    # of their multipliers: the hash does not depend on how a DFA's classes fall.
-    multipliers = np.zeros(len(reps), dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        np.add.at(multipliers, class_of, _HASH_MULTIPLIERS)
-    return _bounded_hashes(np.ascontiguousarray(trans[:, reps]), accepting, depth, multipliers)
+    return _bounded_hashes(np.ascontiguousarray(trans, dtype=np.int32), accepting, depth, _HASH_MULTIPLIERS)
 
 
 @njit(cache=True)
@@ -637,10 +643,36 @@ def mix64(x):
 
 
 @njit(cache=True)
-def _bounded_hashes(columns, accepting, depth, multipliers):
+def _bounded_hashes(trans, accepting, depth, multipliers):
     """Round k hashes each state's acceptance with the round k-1 hashes of its targets (the dead state has a
-    constant hash), weighted per byte class; ``depth`` rounds."""
-    n, width = columns.shape
+    constant hash), each weighted by the sum of the multipliers of the bytes leading there; ``depth`` rounds.
+    The sum is linear, so the bytes are grouped by target once: a round then costs one term per distinct target
+    of a state (a few, for a string's states) instead of one per byte class."""
+    n, width = trans.shape
+    seen = np.full(n + 1, -1, dtype=np.int64)  # per target + 1: the last state that led there
+    slot = np.empty(n + 1, dtype=np.int64)
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    for s in range(n):
+        count = 0
+        for b in range(width):
+            t = trans[s, b] + 1
+            if seen[t] != s:
+                seen[t] = s
+                count += 1
+        ptr[s + 1] = ptr[s] + count
+    targets = np.empty(ptr[n], dtype=np.int32)
+    weights = np.zeros(ptr[n], dtype=np.uint64)
+    seen[:] = -1
+    for s in range(n):
+        count = ptr[s]
+        for b in range(width):
+            t = trans[s, b] + 1
+            if seen[t] != s:
+                seen[t] = s
+                slot[t] = count
+                targets[count] = t - 1
+                count += 1
+            weights[slot[t]] += multipliers[b]
     base = np.empty(n, dtype=np.uint64)
     for s in range(n):
         base[s] = np.uint64(0x2545F4914F6CDD1D) if accepting[s] else np.uint64(0x3C6EF372FE94F82B)
@@ -652,9 +684,9 @@ def _bounded_hashes(columns, accepting, depth, multipliers):
     for _ in range(depth):
         for s in range(n):
             acc = np.uint64(0)
-            for c in range(width):
-                t = columns[s, c]
-                acc += (hashes[t] if t >= 0 else dead) * multipliers[c]
+            for k in range(ptr[s], ptr[s + 1]):
+                t = targets[k]
+                acc += (hashes[t] if t >= 0 else dead) * weights[k]
             nxt[s] = mix64(acc ^ base[s])
         hashes, nxt = nxt, hashes
     return hashes
