@@ -1009,7 +1009,8 @@ def _walk_lexical(
     num_pops = 0
     walked = 0
     num_deep = deep_after.shape[0]
-    lender_at = np.full(depth2_nodes.shape[0], -1, dtype=np.int32)  # per two-byte node: its deep lender, if any
+    # Per two-byte node: its deep lender, if any (read only when there are deep lenders).
+    lender_at = np.full(depth2_nodes.shape[0] if num_deep else 0, -1, dtype=np.int32)
     p = 0  # the next two-byte node (nodes are visited in increasing order)
     lent_pop = deep_pops_ptr[:-1].copy()  # per deep lender, its next pop node
     for j in range(first_nodes.shape[0]):
