@@ -580,9 +580,9 @@ class ByteDFA:
 
     def reduced(self) -> ByteDFA:
         """The equivalent trimmed DFA with the fewest states, numbered breadth first from the start (so equal
-        languages give equal tables): states that cannot reach acceptance are dropped, then Hopcroft's partition
-        refinement runs over the classes of identical columns. One compiled kernel, so a small rule costs
-        microseconds."""
+        languages give equal tables): states that cannot reach acceptance, or that the start cannot reach, are
+        dropped, and the rest refined (:func:`partial_dfa_blocks`) over the classes of identical columns. One
+        compiled kernel, so a small rule costs microseconds."""
         table, accepting = _reduce(self._edges(), self.accepting)
         if table.shape[0] == self.num_states and self.callees == () and np.array_equal(table, self.trans):
             return self
@@ -764,133 +764,154 @@ def _coreachable(trans, accepting):
 
 
 @njit(cache=True)
-def hopcroft_blocks(columns, accepting):
-    """Hopcroft's DFA minimisation. ``columns`` is (n, k) int32: one column per symbol class, -1 for dead; every
-    state must be able to reach acceptance (trimmed).
+def _mark(e, elements, location, set_of, first, mid, touched, num_touched):
+    """Move element ``e`` into the marked front of its set (a refinable partition); the new ``num_touched``."""
+    s = set_of[e]
+    i = location[e]
+    j = first[s] + mid[s]
+    other = elements[j]
+    elements[i] = other
+    location[other] = i
+    elements[j] = e
+    location[e] = j
+    if mid[s] == 0:
+        touched[num_touched] = s
+        num_touched += 1
+    mid[s] += 1
+    return num_touched
 
-    Returns the block (equivalence class) of each state. The dead state takes part as state ``n``.
-    """
-    n, k = columns.shape
-    m = n + 1
-    # Predecessor lists per (class, target), the dead state included.
-    counts = np.zeros((k, m + 1), dtype=np.int64)
-    for c in range(k):
-        for s in range(m):
-            t = columns[s, c] if s < n else -1
-            counts[c, (t if t >= 0 else n) + 1] += 1
-    ptr = np.empty((k, m + 1), dtype=np.int64)
-    for c in range(k):
-        acc = 0
-        for t in range(m + 1):
-            acc += counts[c, t]
-            ptr[c, t] = acc
-    preds = np.empty((k, m), dtype=np.int32)
-    fill = ptr[:, :m].copy()
-    for c in range(k):
-        for s in range(m):
-            t = columns[s, c] if s < n else -1
-            t = t if t >= 0 else n
-            preds[c, fill[c, t]] = s
-            fill[c, t] += 1
-    # Partition as ranges of a permutation of the states.
-    elements = np.empty(m, dtype=np.int32)
-    location = np.empty(m, dtype=np.int32)
-    block_of = np.empty(m, dtype=np.int32)
-    first = np.empty(m + 1, dtype=np.int32)
-    end = np.empty(m + 1, dtype=np.int32)
-    marked = np.zeros(m + 1, dtype=np.int32)
-    pos = 0
-    num_blocks = 0
-    for want in (True, False):
-        start = pos
-        for s in range(m):
-            is_accepting = accepting[s] if s < n else False
-            if is_accepting == want:
-                elements[pos] = s
-                location[s] = pos
-                block_of[s] = num_blocks
-                pos += 1
-        if pos > start:
-            first[num_blocks] = start
-            end[num_blocks] = pos
-            num_blocks += 1
-    in_work = np.zeros((m + 1, k), dtype=np.bool_)
-    work_block = np.empty((m + 1) * k, dtype=np.int32)
-    work_class = np.empty((m + 1) * k, dtype=np.int32)
-    work_len = 0
-    for b in range(num_blocks):
-        for c in range(k):
-            in_work[b, c] = True
-            work_block[work_len] = b
-            work_class[work_len] = c
-            work_len += 1
-    splitter = np.empty(m, dtype=np.int32)
-    touched = np.empty(m + 1, dtype=np.int32)
-    while work_len > 0:
-        work_len -= 1
-        b = work_block[work_len]
-        c = work_class[work_len]
-        in_work[b, c] = False
-        size = end[b] - first[b]
-        for i in range(size):
-            splitter[i] = elements[first[b] + i]
-        num_touched = 0
-        for i in range(size):
-            t = splitter[i]
-            for q in range(ptr[c, t], ptr[c, t + 1]):
-                p = preds[c, q]
-                bp = block_of[p]
-                boundary = first[bp] + marked[bp]
-                if location[p] < boundary:
-                    continue
-                if marked[bp] == 0:
-                    touched[num_touched] = bp
-                    num_touched += 1
-                other = elements[boundary]
-                elements[boundary] = p
-                elements[location[p]] = other
-                location[other] = location[p]
-                location[p] = boundary
-                marked[bp] += 1
-        for j in range(num_touched):
-            bp = touched[j]
-            count = marked[bp]
-            marked[bp] = 0
-            if count == end[bp] - first[bp]:
-                continue
-            new = num_blocks
-            num_blocks += 1
-            first[new] = first[bp]
-            end[new] = first[bp] + count
-            first[bp] = end[new]
-            for i in range(first[new], end[new]):
-                block_of[elements[i]] = new
-            smaller = new if count <= end[bp] - first[bp] else bp
-            for cc in range(k):
-                if in_work[bp, cc]:
-                    in_work[new, cc] = True
-                    work_block[work_len] = new
-                    work_class[work_len] = cc
-                    work_len += 1
-                elif not in_work[smaller, cc]:
-                    in_work[smaller, cc] = True
-                    work_block[work_len] = smaller
-                    work_class[work_len] = cc
-                    work_len += 1
-    # Blocks numbered 0.. without the dead state's block.
-    dead_block = block_of[n]
-    out = np.empty(n, dtype=np.int32)
+
+@njit(cache=True)
+def _split(elements, set_of, first, past, mid, touched, num_touched, num_sets):
+    """Split every touched set into its marked and unmarked parts, the smaller part becoming a new set; the new
+    number of sets."""
+    for w in range(num_touched):
+        s = touched[w]
+        j = first[s] + mid[s]
+        if j == past[s]:  # all marked: nothing to split
+            mid[s] = 0
+            continue
+        z = num_sets
+        num_sets += 1
+        if mid[s] <= past[s] - j:
+            first[z] = first[s]
+            past[z] = j
+            first[s] = j
+        else:
+            past[z] = past[s]
+            first[z] = j
+            past[s] = j
+        for i in range(first[z], past[z]):
+            set_of[elements[i]] = z
+        mid[s] = 0
+        mid[z] = 0
+    return num_sets
+
+
+@njit(cache=True)
+def partial_dfa_blocks(table, accepting):
+    """The equivalence class of each state of a partial DFA (``table`` (n, k), -1 where there is no edge): the
+    algorithm of Valmari and Lehtinen (2008), which refines blocks of states and "cords" of edges in turn. It
+    runs in O(m log n) for m edges, so a rule whose states read a byte or two each costs little however many
+    byte classes and calls its table has (Hopcroft's algorithm over a completed table costs O(k n log n))."""
+    n, k = table.shape
+    # Edges grouped by label: the initial cords.
+    label_count = np.zeros(k + 1, dtype=np.int64)
+    m = 0
     for s in range(n):
-        b = block_of[s]
-        out[s] = b if b < dead_block else b - 1
-    return out
+        for c in range(k):
+            if table[s, c] >= 0:
+                label_count[c + 1] += 1
+                m += 1
+    tail = np.empty(m, dtype=np.int32)
+    head = np.empty(m, dtype=np.int32)
+    fill = np.cumsum(label_count)[:k].copy()
+    for s in range(n):
+        for c in range(k):
+            t = table[s, c]
+            if t >= 0:
+                e = fill[c]
+                tail[e] = s
+                head[e] = t
+                fill[c] += 1
+    # Incoming edges of each state.
+    in_ptr = np.zeros(n + 1, dtype=np.int64)
+    for e in range(m):
+        in_ptr[head[e] + 1] += 1
+    for s in range(n):
+        in_ptr[s + 1] += in_ptr[s]
+    incoming = np.empty(m, dtype=np.int32)
+    in_fill = in_ptr[:n].copy()
+    for e in range(m):
+        incoming[in_fill[head[e]]] = e
+        in_fill[head[e]] += 1
+    # Blocks of states: one, then accepting states split off.
+    b_elements = np.arange(n).astype(np.int32)
+    b_location = np.arange(n).astype(np.int32)
+    b_set = np.zeros(n, dtype=np.int32)
+    b_first = np.zeros(n + 1, dtype=np.int64)
+    b_past = np.zeros(n + 1, dtype=np.int64)
+    b_mid = np.zeros(n + 1, dtype=np.int64)
+    b_touched = np.empty(n + 1, dtype=np.int32)
+    b_past[0] = n
+    num_blocks = 1
+    touched = 0
+    for s in range(n):
+        if accepting[s]:
+            touched = _mark(s, b_elements, b_location, b_set, b_first, b_mid, b_touched, touched)
+    num_blocks = _split(b_elements, b_set, b_first, b_past, b_mid, b_touched, touched, num_blocks)
+    # Cords of edges: one per label.
+    c_elements = np.arange(m).astype(np.int32)
+    c_location = np.arange(m).astype(np.int32)
+    c_set = np.empty(m, dtype=np.int32)
+    c_first = np.zeros(m + 1, dtype=np.int64)
+    c_past = np.zeros(m + 1, dtype=np.int64)
+    c_mid = np.zeros(m + 1, dtype=np.int64)
+    c_touched = np.empty(m + 1, dtype=np.int32)
+    num_cords = 0
+    start = 0
+    for c in range(k):
+        count = label_count[c + 1]
+        if count == 0:
+            continue
+        c_first[num_cords] = start
+        c_past[num_cords] = start + count
+        for e in range(start, start + count):
+            c_set[e] = num_cords
+        num_cords += 1
+        start += count
+    b, c = 1, 0
+    while c < num_cords:
+        touched = 0
+        for i in range(c_first[c], c_past[c]):
+            touched = _mark(tail[c_elements[i]], b_elements, b_location, b_set, b_first, b_mid, b_touched, touched)
+        num_blocks = _split(b_elements, b_set, b_first, b_past, b_mid, b_touched, touched, num_blocks)
+        c += 1
+        while b < num_blocks:
+            touched = 0
+            for i in range(b_first[b], b_past[b]):
+                s = b_elements[i]
+                for j in range(in_ptr[s], in_ptr[s + 1]):
+                    touched = _mark(incoming[j], c_elements, c_location, c_set, c_first, c_mid, c_touched, touched)
+            num_cords = _split(c_elements, c_set, c_first, c_past, c_mid, c_touched, touched, num_cords)
+            b += 1
+    return b_set
 
 
 @njit(cache=True)
 def _reduce(edges, accepting):
-    """See :meth:`ByteDFA.reduced`: ``(table, accepting)`` of the minimal trimmed DFA."""
+    """See :meth:`ByteDFA.reduced`: ``(table, accepting)`` of the minimal trimmed DFA.
+
+    Every step but the last runs on the table's distinct columns (a rule reads a few dozen byte classes, not
+    256 bytes): identical columns of the untrimmed table stay identical once trimmed, so they refine alike."""
     n, width = edges.shape
-    alive = _coreachable(edges, accepting)
+    reps, class_of = column_classes(edges)
+    k = reps.shape[0]
+    columns = np.empty((n, k), dtype=np.int32)
+    for s in range(n):
+        for c in range(k):
+            columns[s, c] = edges[s, reps[c]]
+    alive = _coreachable(columns, accepting)
     if not alive[0]:
         return np.full((1, width), -1, dtype=np.int32), np.zeros(1, dtype=np.bool_)
     remap = np.full(n, -1, dtype=np.int32)
@@ -899,33 +920,41 @@ def _reduce(edges, accepting):
         if alive[s]:
             remap[s] = kept
             kept += 1
-    trimmed = np.empty((kept, width), dtype=np.int32)
+    trimmed = np.empty((kept, k), dtype=np.int32)
     trimmed_accepting = np.empty(kept, dtype=np.bool_)
     for s in range(n):
         r = remap[s]
         if r >= 0:
             trimmed_accepting[r] = accepting[s]
-            for c in range(width):
-                t = edges[s, c]
+            for c in range(k):
+                t = columns[s, c]
                 trimmed[r, c] = remap[t] if t >= 0 else -1
-    reps, _ = column_classes(trimmed)
-    columns = np.empty((kept, reps.shape[0]), dtype=np.int32)
-    for s in range(kept):
-        for c in range(reps.shape[0]):
-            columns[s, c] = trimmed[s, reps[c]]
-    block_of = hopcroft_blocks(columns, trimmed_accepting)
+    block_of = partial_dfa_blocks(trimmed, trimmed_accepting)
     num_blocks = 0
     for s in range(kept):
         num_blocks = max(num_blocks, block_of[s] + 1)
+    # Classes are numbered by first column, so this is byte order. Blocks the start cannot reach get -1 and are
+    # dropped (a product automaton has such states).
     order = _bfs_order(trimmed, block_of, num_blocks)
-    table = np.full((num_blocks, width), -1, dtype=np.int32)
-    out_accepting = np.zeros(num_blocks, dtype=np.bool_)
+    reached = 0
+    for b in range(num_blocks):
+        if order[b] >= 0:
+            reached += 1
+    table = np.empty((reached, width), dtype=np.int32)
+    out_accepting = np.zeros(reached, dtype=np.bool_)
+    done = np.zeros(reached, dtype=np.bool_)
+    row = np.empty(k, dtype=np.int32)
     for s in range(kept):
         b = order[block_of[s]]
+        if b < 0 or done[b]:
+            continue
+        done[b] = True
         out_accepting[b] = trimmed_accepting[s]
-        for c in range(width):
+        for c in range(k):
             t = trimmed[s, c]
-            table[b, c] = order[block_of[t]] if t >= 0 else -1
+            row[c] = order[block_of[t]] if t >= 0 else -1
+        for c in range(width):
+            table[b, c] = row[class_of[c]]
     return table, out_accepting
 
 
@@ -958,20 +987,30 @@ def _bfs_order(trans, block_of, num_blocks):
 @njit(cache=True)
 def column_classes(trans):
     """Columns of ``trans`` (bytes, symbols) that are identical form a class: one representative column per
-    class, and each column's class. Columns are hashed and compared row by row (the table is row-major, so
-    reading it by columns would miss the cache on every cell); a hash collision falls back to exact search."""
+    class (the first; classes are numbered in column order), and each column's class. Columns are hashed row by
+    row (the table is row-major, so reading it by columns would miss the cache on every cell), grouped by hash
+    in a small open-addressing table, then checked exactly: a collision falls back to comparing with every
+    class."""
     n, width = trans.shape
-    hashes = np.full(width, np.uint64(1469598103934665603), dtype=np.uint64)
+    hashes = np.full(width, np.uint32(2166136261), dtype=np.uint32)  # 32 bits: the loop runs in vector lanes
     for s in range(n):
         for b in range(width):
-            hashes[b] = (hashes[b] ^ np.uint64(trans[s, b] + 2)) * np.uint64(1099511628211)
+            hashes[b] = (hashes[b] ^ np.uint32(trans[s, b] + 2)) * np.uint32(16777619)
+    size = 1
+    while size < 2 * width:
+        size *= 2
+    slot_hash = np.empty(size, dtype=np.uint32)
+    slot_column = np.full(size, -1, dtype=np.int64)
     first = np.empty(width, dtype=np.int64)  # the first column with the same hash
     for b in range(width):
-        first[b] = b
-        for c in range(b):
-            if hashes[c] == hashes[b]:
-                first[b] = c
-                break
+        h = hashes[b]
+        slot = np.int64(h & np.uint32(size - 1))
+        while slot_column[slot] >= 0 and slot_hash[slot] != h:
+            slot = (slot + 1) & (size - 1)
+        if slot_column[slot] < 0:
+            slot_column[slot] = b
+            slot_hash[slot] = h
+        first[b] = slot_column[slot]
     same = np.ones(width, dtype=np.bool_)
     for s in range(n):
         for b in range(width):

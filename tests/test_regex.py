@@ -10,7 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from constrain.automaton import ByteNFA, utf8_sequences
+import numpy as np
+
+from constrain.automaton import ByteDFA, ByteNFA, utf8_sequences
 from constrain.compilers.regex import regex_to_dfa
 from constrain.errors import RegexError
 
@@ -85,6 +87,70 @@ def test_every_state_can_still_match():
                     seen.add(t)
                     stack.append(t)
         assert found, state
+
+
+def _brute_force_minimal(trans: np.ndarray, accepting: np.ndarray) -> int:
+    """States of the minimal trimmed DFA, by Moore's refinement over the reachable, co-reachable states."""
+    n, width = trans.shape
+    reach, stack = {0}, [0]
+    while stack:
+        for t in trans[stack.pop()].tolist():
+            if t >= 0 and t not in reach:
+                reach.add(t)
+                stack.append(t)
+    alive = {s for s in range(n) if accepting[s]}
+    changed = True
+    while changed:
+        changed = False
+        for s in range(n):
+            if s not in alive and any(t in alive for t in trans[s].tolist()):
+                alive.add(s)
+                changed = True
+    states = sorted(reach & alive)
+    if 0 not in alive:
+        return 1
+    block = {s: int(accepting[s]) for s in states}
+    while True:
+        signature = {s: (block[s], *(block.get(t, -1) for t in trans[s].tolist())) for s in states}
+        numbering = {sig: i for i, sig in enumerate(sorted(set(signature.values())))}
+        refined = {s: numbering[signature[s]] for s in states}
+        if len(set(refined.values())) == len(set(block.values())):
+            return len(set(refined.values()))
+        block = refined
+
+
+def _accepted(trans: np.ndarray, accepting: np.ndarray, width: int, length: int) -> set[tuple[int, ...]]:
+    out = set()
+    for word in itertools.chain.from_iterable(itertools.product(range(width), repeat=k) for k in range(length + 1)):
+        state = 0
+        for symbol in word:
+            state = int(trans[state, symbol])
+            if state < 0:
+                break
+        else:
+            if accepting[state]:
+                out.add(word)
+    return out
+
+
+@given(st.integers(1, 9), st.integers(1, 4), st.randoms(use_true_random=False))
+@settings(max_examples=150, deadline=None)
+def test_reduced_is_the_minimal_canonical_dfa(num_states, width, rng):
+    """``ByteDFA.reduced`` on random partial DFAs (unreachable and dead-end states included) against brute force:
+    the same language, the minimal number of states, and the same table whatever the states' numbering."""
+    trans = np.array([[rng.randrange(-1, num_states) for _ in range(width)] for _ in range(num_states)], np.int32)
+    accepting = np.array([rng.random() < 0.3 for _ in range(num_states)])
+    full = np.full((num_states, 256), -1, dtype=np.int32)
+    full[:, 97 : 97 + width] = trans  # bytes a, b, ...: the other byte columns all alike, as in a real rule
+    reduced = ByteDFA(full, accepting).reduced()
+    assert reduced.num_states == _brute_force_minimal(trans, accepting)
+    small = reduced.trans[:, 97 : 97 + width]
+    assert _accepted(small, reduced.accepting, width, 5) == _accepted(trans, accepting, width, 5)
+    permutation = [0] + rng.sample(range(1, num_states), num_states - 1)  # keep the start
+    inverse = np.argsort(permutation)
+    shuffled = np.where(full[permutation] >= 0, inverse[np.maximum(full[permutation], 0)], -1).astype(np.int32)
+    again = ByteDFA(shuffled, accepting[permutation]).reduced()
+    assert np.array_equal(again.trans, reduced.trans) and np.array_equal(again.accepting, reduced.accepting)
 
 
 # -- semantics against re ----------------------------------------------------------------------------------------

@@ -119,7 +119,7 @@ import numpy as np
 from ..errors import RegexError, StructureError
 from ..automaton import (
     DEAD, ByteDFA, ByteNFA, CompileTimeout, check_deadline, column_classes, complement_ranges, deadline,
-    hopcroft_blocks,
+    partial_dfa_blocks,
 )
 from ..grammar import Alt, Automaton, Expr, Grammar, Literal, Ref, Regex, Repeat, Seq, collect_refs, terminal_dfa
 from .metaschema import certainly_valid
@@ -1027,7 +1027,7 @@ def _minimize(d: _CDFA) -> _CDFA:
     check_deadline()
     table = table.astype(np.int32)
     columns = np.ascontiguousarray(table[:, column_classes(table)[0]])  # identical columns refine alike
-    block = hopcroft_blocks(columns, np.array([d.accept[s] for s in states], dtype=np.bool_))
+    block = partial_dfa_blocks(columns, np.array([d.accept[s] for s in states], dtype=np.bool_))
     # renumber blocks in BFS order from the start
     start_block = int(block[pos[0]])
     number = {start_block: 0}
