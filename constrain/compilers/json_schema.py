@@ -3996,6 +3996,9 @@ class _Compiler:
         n = len(items)
         tail_extra = Repeat(Seq((lay.comma, extra))) if extra is not None else None
         block = 16
+        # Each member after a comma, optional unless required: built once, shared by every option's tail.
+        following = [Seq((lay.comma, member)) for _, member, _ in items]
+        following = [item if required else Repeat(item, 0, 1) for item, (_, _, required) in zip(following, items)]
 
         def emitted(i: int) -> Expr:
             seq: list[Expr] = []
@@ -4008,8 +4011,7 @@ class _Compiler:
                         self.rules[rule] = emitted(j)
                     seq.append(Ref(rule))
                     break
-                item = Seq((lay.comma, items[j][1]))
-                seq.append(item if items[j][2] else Repeat(item, 0, 1))
+                seq.append(following[j])
                 j += 1
             else:
                 if tail_extra is not None:
