@@ -606,8 +606,19 @@ class ByteDFA:
 
     def reaches_acceptance(self, usable_calls: np.ndarray, byte_edges: bool = True) -> bool:
         """Whether acceptance is reachable from the start through the call columns marked in ``usable_calls``
-        (bool, one per callee) and, when ``byte_edges``, through byte edges."""
-        return bool(_reaches_acceptance(self.trans, self.calls, self.accepting, usable_calls, byte_edges))
+        (bool, one per callee) and, when ``byte_edges``, through byte edges. Kept for a call-free DFA, whose
+        answer never changes (rule DFAs are shared by every grammar that uses them)."""
+        if self.callees:
+            return bool(_reaches_acceptance(self.trans, self.calls, self.accepting, usable_calls, byte_edges))
+        known = self._call_free_acceptance
+        if byte_edges not in known:
+            known[byte_edges] = bool(_reaches_acceptance(self.trans, self.calls, self.accepting, usable_calls,
+                                                         byte_edges))  # fmt: skip
+        return known[byte_edges]
+
+    @cached_property
+    def _call_free_acceptance(self) -> dict[bool, bool]:
+        return {}
 
     def matches(self, data: bytes) -> bool:
         """Whether ``data`` is accepted (a slow reference used by tests and error messages)."""

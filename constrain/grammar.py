@@ -190,6 +190,8 @@ def _checked_rule_dfa(body: Expr, name: str, index: Mapping[str, int]) -> ByteDF
     for callee in called:
         if callee not in index:
             raise GrammarError(f"rule {name!r} refers to the undefined rule {callee!r}")
+    if not dfa.callees:
+        return dfa  # the shared object itself, with what it keeps (language hashes, acceptance)
     return ByteDFA(dfa.trans, dfa.accepting, dfa.calls, tuple(index[called[k]] for k in dfa.callees))
 
 
@@ -382,15 +384,65 @@ def terminal_dfa(pattern: str) -> ByteDFA:
     return nfa.determinize(start, accept)
 
 
+def _completing_rules(rules: tuple[ByteDFA, ...], byte_edges: bool) -> np.ndarray:
+    """Which rules can complete (reach acceptance from their start) through calls of rules that can, and, when
+    ``byte_edges``, byte edges: the least fixpoint.
+
+    A rule DFA with calls comes out of determinisation trimmed (every state lies on a path to acceptance), so
+    with byte edges it completes as soon as all its callees do: callees are counted down and most rules are
+    settled without a search. Without byte edges, a rule whose start makes no call completes only if its start
+    accepts. The rest (recursions, and rules with a callee that cannot complete) are searched, each looked at
+    again only when one of its callees turns out to complete."""
+    done = np.zeros(len(rules), dtype=bool)
+    callers: list[list[int]] = [[] for _ in rules]
+    waiting = [0] * len(rules)  # callees not known to complete yet
+    for i, dfa in enumerate(rules):
+        callees = set(dfa.callees)
+        waiting[i] = len(callees)
+        for callee in callees:
+            callers[callee].append(i)
+
+    def settle(i: int) -> None:
+        done[i] = True
+        stack = [i]
+        while stack:
+            for caller in callers[stack.pop()]:
+                waiting[caller] -= 1
+                if byte_edges and waiting[caller] == 0 and not done[caller]:
+                    done[caller] = True
+                    stack.append(caller)
+
+    for i, dfa in enumerate(rules):
+        if done[i]:
+            continue
+        if not dfa.callees:
+            completes = dfa.reaches_acceptance(np.zeros(0, dtype=bool), byte_edges=byte_edges)
+        elif not byte_edges and dfa.calls[0].max() < 0:
+            completes = bool(dfa.accepting[0])
+        else:
+            continue
+        if completes:
+            settle(i)
+    work = [i for i in range(len(rules) - 1, -1, -1) if not done[i] and rules[i].callees]
+    queued = [False] * len(rules)
+    for i in work:
+        queued[i] = True
+    while work:
+        i = work.pop()
+        queued[i] = False
+        dfa = rules[i]
+        if done[i] or not dfa.reaches_acceptance(done[list(dfa.callees)], byte_edges=byte_edges):
+            continue
+        settle(i)
+        for caller in callers[i]:
+            if not done[caller] and not queued[caller]:
+                queued[caller] = True
+                work.append(caller)
+    return done
+
+
 def _check_productive(pushdown: Pushdown) -> None:
-    productive = np.zeros(len(pushdown.rules), dtype=bool)
-    changed = True
-    while changed:
-        changed = False
-        for i, dfa in enumerate(pushdown.rules):
-            usable = productive[list(dfa.callees)] if dfa.callees else np.zeros(0, dtype=bool)
-            if not productive[i] and dfa.reaches_acceptance(usable, byte_edges=True):
-                productive[i] = changed = True
+    productive = _completing_rules(pushdown.rules, byte_edges=True)
     if not productive.all():
         names = [pushdown.names[i] for i in np.flatnonzero(~productive)]
         raise GrammarError(f"these rules can never complete (each needs itself or another such rule): {names}")
@@ -398,14 +450,7 @@ def _check_productive(pushdown: Pushdown) -> None:
 
 def _check_left_recursion(pushdown: Pushdown) -> None:
     rules = pushdown.rules
-    nullable = np.zeros(len(rules), dtype=bool)
-    changed = True
-    while changed:
-        changed = False
-        for i, dfa in enumerate(rules):
-            usable = nullable[list(dfa.callees)] if dfa.callees else np.zeros(0, dtype=bool)
-            if not nullable[i] and dfa.reaches_acceptance(usable, byte_edges=False):
-                nullable[i] = changed = True
+    nullable = _completing_rules(rules, byte_edges=False)
     # Rules callable before any byte is read, from each rule's start.
     first_calls: list[set[int]] = []
     for dfa in rules:
@@ -413,8 +458,7 @@ def _check_left_recursion(pushdown: Pushdown) -> None:
         seen, stack = {0}, [0]
         while stack:
             s = stack.pop()
-            for k, callee in enumerate(dfa.callees):
-                t = int(dfa.calls[s, k])
+            for callee, t in zip(dfa.callees, dfa.calls[s].tolist()):
                 if t < 0:
                     continue
                 calls.add(callee)
