@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+import itertools
 import os
 import tempfile
 import threading
@@ -65,27 +66,22 @@ class Machine:
 
     @classmethod
     def from_pushdown(cls, pushdown: Pushdown) -> Machine:
-        offsets = np.cumsum([0] + [dfa.num_states for dfa in pushdown.rules])
-        trans = np.empty((int(offsets[-1]), 256), dtype=np.int32)
-        for dfa, off in zip(pushdown.rules, offsets):
-            _shifted_into(trans, np.ascontiguousarray(dfa.trans, dtype=np.int32), int(off))
-        accepting = np.concatenate([dfa.accepting for dfa in pushdown.rules])
-        counts, starts, returns = [], [], []
-        for dfa, off in zip(pushdown.rules, offsets):
-            state, column = np.nonzero(dfa.calls >= 0)  # row-major: by state, then by callee column
-            counts.append(np.bincount(state, minlength=dfa.num_states))
-            starts.append(offsets[np.asarray(dfa.callees, dtype=np.int64)[column]] if len(column) else column)
-            returns.append(off + dfa.calls[state, column])
-        ptr = np.concatenate([[0], np.cumsum(np.concatenate(counts))])
+        rules = pushdown.rules
+        sizes = np.array([dfa.num_states for dfa in rules], dtype=np.int64)
+        offsets = np.zeros(len(rules) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        trans = np.concatenate([dfa.trans for dfa in rules], dtype=np.int32)
+        _shift_rows(trans, np.repeat(offsets[:-1], sizes))
+        accepting = np.concatenate([dfa.accepting for dfa in rules])
+        callees = np.fromiter(itertools.chain.from_iterable(dfa.callees for dfa in rules), dtype=np.int64)
+        call_ptr, call_start, call_return = _call_edges(
+            np.concatenate([dfa.calls.ravel() for dfa in rules], dtype=np.int32),
+            np.array([len(dfa.callees) for dfa in rules], dtype=np.int64), sizes, offsets, offsets[callees],
+        )  # fmt: skip
         return cls(
-            trans,
-            np.ascontiguousarray(accepting),
-            ptr.astype(np.int64),
-            np.concatenate(starts).astype(np.int32),
-            np.concatenate(returns).astype(np.int32),
-            offsets[:-1].astype(np.int32),
-            tuple(not dfa.callees for dfa in pushdown.rules),
-        )
+            trans, accepting, call_ptr, call_start, call_return, offsets[:-1].astype(np.int32),
+            tuple(not dfa.callees for dfa in rules),
+        )  # fmt: skip
 
     @cached_property
     def plain(self) -> np.ndarray:
@@ -218,12 +214,45 @@ class Machine:
 
 
 @njit(cache=True, nogil=True)
-def _shifted_into(out, table, offset):
-    """Copy a rule's transition ``table`` into the global one at row ``offset``, its targets moved there too."""
-    for i in range(table.shape[0]):
-        for j in range(table.shape[1]):
-            t = table[i, j]
-            out[offset + i, j] = t + offset if t >= 0 else -1
+def _shift_rows(trans, row_offset):
+    """Rules' transition tables stacked into the global one: move each row's targets by its rule's offset."""
+    for i in range(trans.shape[0]):
+        offset = row_offset[i]
+        for j in range(trans.shape[1]):
+            if trans[i, j] >= 0:
+                trans[i, j] += offset
+
+
+@njit(cache=True, nogil=True)
+def _call_edges(calls, widths, sizes, offsets, callee_start):
+    """The call edges of all rules in global states, by state then callee column: ``(ptr, callee start state,
+    return state)``. ``calls`` holds each rule's call table flattened (``sizes[r]`` rows of ``widths[r]``), and
+    ``callee_start`` the global start of each of those columns' callee, rule after rule."""
+    total = offsets[-1]
+    ptr = np.zeros(total + 1, dtype=np.int64)
+    at = 0
+    for r in range(sizes.shape[0]):
+        for s in range(sizes[r]):
+            for k in range(widths[r]):
+                if calls[at] >= 0:
+                    ptr[offsets[r] + s + 1] += 1
+                at += 1
+    for g in range(total):
+        ptr[g + 1] += ptr[g]
+    starts = np.empty(ptr[total], dtype=np.int32)
+    returns = np.empty(ptr[total], dtype=np.int32)
+    at, column, edge = 0, 0, 0
+    for r in range(sizes.shape[0]):
+        for s in range(sizes[r]):
+            for k in range(widths[r]):
+                t = calls[at]
+                if t >= 0:
+                    starts[edge] = callee_start[column + k]
+                    returns[edge] = offsets[r] + t
+                    edge += 1
+                at += 1
+        column += widths[r]
+    return ptr, starts, returns
 
 
 _NO_RANGES = np.zeros((0, 3), dtype=np.int64)
