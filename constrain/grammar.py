@@ -402,15 +402,23 @@ def _completing_rules(rules: tuple[ByteDFA, ...], byte_edges: bool) -> np.ndarra
         for callee in callees:
             callers[callee].append(i)
 
+    work: list[int] = []  # rules to search again: a callee of theirs turned out to complete
+    queued = [False] * len(rules)
+
     def settle(i: int) -> None:
         done[i] = True
         stack = [i]
         while stack:
             for caller in callers[stack.pop()]:
                 waiting[caller] -= 1
-                if byte_edges and waiting[caller] == 0 and not done[caller]:
+                if done[caller]:
+                    continue
+                if byte_edges and waiting[caller] == 0:
                     done[caller] = True
                     stack.append(caller)
+                elif not queued[caller]:
+                    queued[caller] = True
+                    work.append(caller)
 
     for i, dfa in enumerate(rules):
         if done[i]:
@@ -420,24 +428,18 @@ def _completing_rules(rules: tuple[ByteDFA, ...], byte_edges: bool) -> np.ndarra
         elif not byte_edges and dfa.calls[0].max() < 0:
             completes = bool(dfa.accepting[0])
         else:
+            if not queued[i]:
+                queued[i] = True
+                work.append(i)
             continue
         if completes:
             settle(i)
-    work = [i for i in range(len(rules) - 1, -1, -1) if not done[i] and rules[i].callees]
-    queued = [False] * len(rules)
-    for i in work:
-        queued[i] = True
     while work:
         i = work.pop()
         queued[i] = False
         dfa = rules[i]
-        if done[i] or not dfa.reaches_acceptance(done[list(dfa.callees)], byte_edges=byte_edges):
-            continue
-        settle(i)
-        for caller in callers[i]:
-            if not done[caller] and not queued[caller]:
-                queued[caller] = True
-                work.append(caller)
+        if not done[i] and dfa.reaches_acceptance(done[list(dfa.callees)], byte_edges=byte_edges):
+            settle(i)
     return done
 
 
