@@ -244,58 +244,98 @@ class ByteNFA:
         accept, so equivalent subsets meet. The compiled kernel runs in slices, with the time limit checked in
         between."""
         n = self.size
-        byte_ptr, byte_rows = _csr(self._bytes, 4, n)
-        eps_ptr, eps_rows = _csr(self._epsilon, 2, n)
-        call_ptr, call_rows = _csr(self._calls, 3, n)
-        start_ptr, start_rows = (eps_ptr, eps_rows)  # where the start's closure looks: epsilons, and BEGIN markers
-        final = np.zeros(n, dtype=np.bool_)
-        final[accept] = True
+        begin = end = _NO_PAIRS
         if self._markers:
             markers = np.array(self._markers, dtype=np.int32).reshape(-1, 3)
-            begin = markers[markers[:, 1] == BEGIN][:, [0, 2]]
-            if len(begin):
-                start_ptr, start_rows = _csr(np.concatenate([eps_rows, begin]).ravel(), 2, n)
-            end = markers[markers[:, 1] == END][:, [0, 2]]
-            if len(end):
-                final = _reaching(np.concatenate([eps_rows, end]), n, accept)
-        important = final | (np.diff(byte_ptr) > 0) | (np.diff(call_ptr) > 0)
-        num_rules = int(call_rows[:, 1].max()) + 1 if len(call_rows) else 0
-        capacity = 64
-        work = (
-            np.empty(capacity * 4, dtype=np.int32),  # members of the subsets, concatenated
-            np.zeros(capacity + 1, dtype=np.int64),  # where each subset's members start
-            np.empty(capacity, dtype=np.uint64),  # hash of each subset
-            np.full((capacity, 256), DEAD, dtype=np.int32),  # byte transitions
-            np.full((capacity, num_rules), DEAD, dtype=np.int32),  # call transitions
-            np.zeros(capacity, dtype=np.bool_),  # accepting
-            np.full(capacity * 2, DEAD, dtype=np.int32),  # open-addressing table of subset ids
-        )
+            begin = np.ascontiguousarray(markers[markers[:, 1] == BEGIN][:, [0, 2]])
+            end = np.ascontiguousarray(markers[markers[:, 1] == END][:, [0, 2]])
+        nfa = _index_nfa(
+            np.array(self._bytes, dtype=np.int32), np.array(self._epsilon, dtype=np.int32),
+            np.array(self._calls, dtype=np.int32), begin, end, n, accept,
+        )  # fmt: skip
+        work = _new_work(64, nfa[-1])
         done, count = 0, 0
         while True:
             check_deadline()
             work, done, count, status = _subset_construction(
-                start, start_ptr, start_rows, byte_ptr, byte_rows, eps_ptr, eps_rows, call_ptr, call_rows, final,
-                important, work, done, count, _WORK_PER_SLICE, MAX_DFA_STATES,
-            )  # fmt: skip
+                start, *nfa[:-1], work, done, count, _WORK_PER_SLICE, MAX_DFA_STATES
+            )
             if status:
                 raise AutomatonTooLarge(f"the automaton needs more than {MAX_DFA_STATES:,} DFA states")
             if done == count:
                 break
-        calls = work[4][:count]
-        used = np.flatnonzero((calls >= 0).any(axis=0))
-        dfa = ByteDFA(work[3][:count], work[5][:count].copy(), np.ascontiguousarray(calls[:, used]),
-                      tuple(int(r) for r in used))  # fmt: skip
-        return dfa.reduced()
+        table, accepting, used = _reduce_subsets(work[3], work[4], work[5], count)
+        return ByteDFA(np.ascontiguousarray(table[:, :256]), accepting, np.ascontiguousarray(table[:, 256:]),
+                       tuple(used.tolist()))  # fmt: skip
+
+
+_NO_PAIRS = np.zeros((0, 2), dtype=np.int32)
+
+
+@njit(cache=True)
+def _index_nfa(byte_flat, eps_flat, call_flat, begin, end, n, accept):
+    """An NFA's edge lists (flat ``src, lo, hi, dst`` / ``src, dst`` / ``src, rule, dst``) grouped by source, as
+    :func:`_subset_construction` reads them: ``(start, byte, epsilon and call (ptr, rows), final, important,
+    number of rules)``. The start's closure also follows ``begin`` markers; a state is final when epsilons and
+    ``end`` markers reach ``accept``."""
+    byte_ptr, byte_rows = _group_by_source(byte_flat.reshape(-1, 4), n)
+    eps_ptr, eps_rows = _group_by_source(eps_flat.reshape(-1, 2), n)
+    call_ptr, call_rows = _group_by_source(call_flat.reshape(-1, 3), n)
+    start_ptr, start_rows = eps_ptr, eps_rows
+    if begin.shape[0]:
+        start_ptr, start_rows = _group_by_source(np.concatenate((eps_rows, begin)), n)
+    final = np.zeros(n, dtype=np.bool_)
+    final[accept] = True
+    if end.shape[0]:
+        final = _reaching(np.concatenate((eps_rows, end)), n, accept)
+    important = final.copy()
+    for s in range(n):
+        if byte_ptr[s + 1] > byte_ptr[s] or call_ptr[s + 1] > call_ptr[s]:
+            important[s] = True
+    num_rules = 0
+    for k in range(call_rows.shape[0]):
+        num_rules = max(num_rules, call_rows[k, 1] + 1)
+    return (start_ptr, start_rows, byte_ptr, byte_rows, eps_ptr, eps_rows, call_ptr, call_rows, final, important,
+            num_rules)  # fmt: skip
+
+
+@njit(cache=True)
+def _new_work(capacity, num_rules):
+    """The growable arrays of :func:`_subset_construction`, empty."""
+    return (
+        np.empty(capacity * 4, dtype=np.int32),  # members of the subsets, concatenated
+        np.zeros(capacity + 1, dtype=np.int64),  # where each subset's members start
+        np.empty(capacity, dtype=np.uint64),  # hash of each subset
+        np.full((capacity, 256), DEAD, dtype=np.int32),  # byte transitions
+        np.full((capacity, num_rules), DEAD, dtype=np.int32),  # call transitions
+        np.zeros(capacity, dtype=np.bool_),  # accepting
+        np.full(capacity * 2, DEAD, dtype=np.int32),  # open-addressing table of subset ids
+    )
+
+
+@njit(cache=True)
+def _reduce_subsets(trans, calls, accepting, count):
+    """The minimal DFA (:func:`_reduce`) of the first ``count`` subsets, with only the call columns some subset
+    uses: ``(table of bytes then those calls, accepting, the rules of those columns)``."""
+    num_rules = calls.shape[1]
+    used = np.zeros(num_rules, dtype=np.bool_)
+    for s in range(count):
+        for r in range(num_rules):
+            if calls[s, r] >= 0:
+                used[r] = True
+    columns = np.flatnonzero(used)
+    edges = np.empty((count, 256 + columns.shape[0]), dtype=np.int32)
+    for s in range(count):
+        for b in range(256):
+            edges[s, b] = trans[s, b]
+        for c in range(columns.shape[0]):
+            edges[s, 256 + c] = calls[s, columns[c]]
+    table, out_accepting = _reduce(edges, accepting[:count])
+    return table, out_accepting, columns
 
 
 #: Work (states visited) the kernel does between two looks at the time limit: a few milliseconds.
 _WORK_PER_SLICE = 1 << 20
-
-
-def _csr(flat: list[int] | np.ndarray, width: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of ``width`` ints (source state first) grouped by source: ``(ptr, rows)``, rows of state ``s`` being
-    ``rows[ptr[s]:ptr[s + 1]]``."""
-    return _group_by_source(np.array(flat, dtype=np.int32).reshape(-1, width), n)
 
 
 @njit(cache=True)
