@@ -1716,8 +1716,10 @@ class _Document:
         self.legacy = cls.__name__ in ("Draft3Validator", "Draft4Validator", "Draft6Validator", "Draft7Validator")
         self.draft4 = cls.__name__ in ("Draft3Validator", "Draft4Validator")
         embedded: list[tuple[Mapping, str]] = []
-        self.specs = {spec.name: _total_specification(spec, embedded) for spec in dialects.values()}
-        self.spec = self.specs[dialects.get(cls.__name__, rj.DRAFT202012).name]
+        self._embedded = embedded
+        self._dialects = {spec.name: spec for spec in dialects.values()}
+        self._specs: dict[str, Any] = {}
+        self.spec = self.specification(dialects.get(cls.__name__, rj.DRAFT202012).name)
         self.base = self.spec.create_resource(schema).id() or ""
         self.ptr_of: dict[int, str] = {}
         self.names_resources = False
@@ -1738,6 +1740,14 @@ class _Document:
         #: Verdicts by (schema text, instance text), for parts that refer to nothing.
         self._verdicts: dict[tuple[str, str], bool] = {}
 
+    def specification(self, name: str) -> Any:
+        """The total specification (:func:`_total_specification`) of dialect ``name``, made when first needed:
+        most documents use one dialect."""
+        spec = self._specs.get(name)
+        if spec is None:
+            spec = self._specs[name] = _total_specification(self._dialects[name], self._embedded)
+        return spec
+
     def _crawl(self, embedded: list[tuple[Mapping, str]]) -> Any:
         """The registry of the document's resources and anchors (what ``$ref`` URIs name).
 
@@ -1754,7 +1764,7 @@ class _Document:
             node, enclosing = embedded.pop()
             dialect = node["$schema"]
             declared = rj.specification_with(dialect, default=None) if isinstance(dialect, str) else None
-            spec = self.specs[declared.name if declared is not None else enclosing]
+            spec = self.specification(declared.name if declared is not None else enclosing)
             around = self.base_at(self.ptr_of[id(node)].rpartition("/")[0])
             registries.append(referencing.Registry().with_resource(around, spec.create_resource(node)).crawl())
         return registries[-1].combine(*reversed(registries[:-1]))
@@ -4208,15 +4218,35 @@ def _finalize(rules: dict[str, Expr], start: str) -> dict[str, Expr]:
     for name in rules:
         for r in refs[name]:
             callers[r].append(name)
+    # A rule whose calls are all productive is: calls are counted down, so most rules are settled without a walk.
+    # The others (recursions, calls of unproductive or undefined rules) are walked, and walked again only when a
+    # rule they call turns out productive.
     ok: set[str] = set()
-    # Bodies are stored once built, so callees come first: popping from this end meets them first. A rule is
-    # looked at again only when a rule it calls turns out productive; one whose calls are all productive is.
-    work = list(reversed(rules))
+    waiting = {name: len(refs[name]) for name in rules}
+    work: list[str] = []
+
+    def settle(name: str) -> None:
+        ok.add(name)
+        stack = [name]
+        while stack:
+            for caller in callers[stack.pop()]:
+                waiting[caller] -= 1
+                if caller in ok:
+                    continue
+                if waiting[caller] == 0:
+                    ok.add(caller)
+                    stack.append(caller)
+                else:
+                    work.append(caller)
+
+    for name in rules:
+        if not waiting[name] and name not in ok:
+            settle(name)
+    work.extend(name for name in rules if name not in ok)
     while work:
         name = work.pop()
-        if name not in ok and (refs[name] <= ok or _productive(rules[name], ok)):
-            ok.add(name)
-            work.extend(c for c in callers[name] if c not in ok)
+        if name not in ok and _productive(rules[name], ok):
+            settle(name)
     if start not in ok:
         raise _Unsatisfiable(
             "unsatisfiable: no finite JSON value satisfies the schema (every value needs a recursion that never ends)",
