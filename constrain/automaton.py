@@ -370,7 +370,7 @@ def _reaching(edges, n, target):
     return seen
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _close(seeds, num_seeds, ptr, rows, important, stamp, generation, stack, out):
     """The important states of the epsilon closure of ``seeds[:num_seeds]``, sorted, into ``out``; their count."""
     top = 0
@@ -397,7 +397,7 @@ def _close(seeds, num_seeds, ptr, rows, important, stamp, generation, stack, out
     return k
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _intern(out, k, work, count, max_states):
     """The id of the subset ``out[:k]``, added when new: ``(id, work, count)``; id -2 when past ``max_states``."""
     members, offsets, hashes, trans, calls, accepting, table = work
@@ -459,7 +459,7 @@ def _intern(out, k, work, count, max_states):
     return count, (members, offsets, hashes, trans, calls, accepting, table), count + 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _successor(seeds, num_seeds, eps_ptr, eps_rows, important, stamp, generation, stack, out, work, count, max_states):
     """The subset reached through ``seeds`` (its id, -1 when it reads and accepts nothing, -2 past
     ``max_states``), the size of its closure, and the grown ``work`` and ``count``."""
