@@ -144,7 +144,8 @@ class Pushdown:
 def build_pushdown(grammar: Grammar, *, deadline: float | None = None) -> Pushdown:
     """Compile ``grammar`` to a :class:`Pushdown`, refusing undefined rules, rules that can never complete and
     left recursion (which a pushdown walk cannot close over) with a :class:`GrammarError` naming the rule.
-    ``deadline`` (a :func:`time.process_time` value) refuses a grammar whose automata are still being built then."""
+    ``deadline`` (a :func:`~constrain.automaton.compile_clock` value) refuses a grammar whose automata are still
+    being built then."""
     if grammar.start not in grammar.rules:
         raise GrammarError(f"the start rule {grammar.start!r} is not defined")
     grammar = _hoist_terminals(grammar)

@@ -205,3 +205,25 @@ def test_enum_values_in_a_bundled_schema_are_validated_once_per_subschema_text(m
     # 4 values for the 30 equal texts together (120 before); for "r", 4 through its own node (it holds a $ref, so
     # goes through the document) and 3 against /$defs/short (what the first check let through)
     assert len(evaluated) == 4 + 4 + 3
+
+
+def test_compiling_numba_kernels_is_not_charged_to_the_time_limit():
+    """The first compile on a fresh machine JIT-compiles the kernels (seconds); that is no schema's cost, so the
+    clock time limits read leaves it out (a first compile used to be refused past ``time_limit``)."""
+    from numba import njit
+
+    from constrain.automaton import CompileTimeout, check_deadline, compile_clock, deadline
+
+    @njit  # not cached: compiled on its first call, inside the limit below
+    def fresh(x):
+        return x * 2 + 1
+
+    limit = 0.01
+    with deadline(compile_clock() + limit):
+        started = time.process_time()
+        assert fresh(20) == 41
+        assert time.process_time() - started > limit  # the compile took longer than the limit...
+        check_deadline()  # ...and is not charged
+        with pytest.raises(CompileTimeout):  # work that is the schema's own still is
+            while True:
+                check_deadline()

@@ -104,7 +104,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
@@ -118,8 +117,8 @@ import numpy as np
 
 from ..errors import RegexError, StructureError
 from ..automaton import (
-    DEAD, ByteDFA, ByteNFA, CompileTimeout, check_deadline, column_classes, complement_ranges, deadline,
-    partial_dfa_blocks,
+    DEAD, ByteDFA, ByteNFA, CompileTimeout, check_deadline, column_classes, compile_clock, complement_ranges,
+    deadline, partial_dfa_blocks,
 )
 from ..grammar import Alt, Automaton, Expr, Grammar, Literal, Ref, Regex, Repeat, Seq, collect_refs, terminal_dfa
 from .metaschema import certainly_valid
@@ -4355,7 +4354,7 @@ def schema_to_grammar(
         raise ValueError(f"max_whitespace must be a non-negative int, not {max_whitespace!r}")
     compiler = None
     try:
-        with deadline(None if time_limit is None else time.process_time() + time_limit):
+        with deadline(None if time_limit is None else compile_clock() + time_limit):
             compiler = _Compiler(schema, strict, whitespace, additional_properties_default, max_whitespace)
             grammar = compiler.compile()
     except _TIME_LIMIT as exc:
@@ -4379,7 +4378,7 @@ def compile_json_schema(schema: Any, vocab, **options):
     from ..grammar import GrammarError
     from ..pushdown import compile_grammar
 
-    started = time.process_time()
+    started = compile_clock()
     grammar_options = {k: options.pop(k) for k in list(options) if k in _GRAMMAR_OPTIONS}
     grammar, notes = schema_to_grammar(schema, **grammar_options)
     time_limit = grammar_options.get("time_limit", DEFAULT_TIME_LIMIT)
