@@ -22,14 +22,16 @@ from hypothesis import strategies as st
 from constrain.compilers.json_schema import (
     JsonSchemaError,
     _CDFA,
+    _CHAR,
     _canonical_value,
+    _counted_chars,
     _decimal_range,
     _int_range,
     compile_json_schema,
     schema_to_grammar,
 )
 from constrain.errors import StructureError
-from constrain.grammar import build_pushdown
+from constrain.grammar import Literal, Regex, Repeat, Seq, _build_rule_dfa, build_pushdown
 from constrain.pushdown import Machine
 
 SUITE = (
@@ -1164,3 +1166,15 @@ def test_closed_by_default_objects_stay_closed_inside_one_of():
     loose = {"oneOf": [{k: v for k, v in branch(t, key).items() if k != "required"} for t, key in (("a", "x"), ("b", "y"))]}
     with pytest.raises(JsonSchemaError):
         schema_to_grammar(loose, additional_properties_default=False)
+
+
+@pytest.mark.parametrize("lo,hi", [(0, 0), (0, 1), (1, 1), (2, 7), (5, 5), (0, None), (1, None), (3, None), (1, 255),
+                                   (50, 255), (256, 256)])  # fmt: skip
+def test_counted_string_automata_equal_the_determinised_repetition(lo, hi):
+    """Strings with a length bound are chained copies of the character automaton, built directly: the same
+    minimal table as determinising the repetition, quotes or not."""
+    for open_quote, close_quote in itertools.product((True, False), repeat=2):
+        parts = [Literal('"')] * open_quote + [Repeat(Regex(_CHAR), lo, hi)] + [Literal('"')] * close_quote
+        expected, _ = _build_rule_dfa(Seq(tuple(parts)))
+        built = _counted_chars(lo, hi, open_quote, close_quote).dfa
+        assert np.array_equal(built.trans, expected.trans) and np.array_equal(built.accepting, expected.accepting)
