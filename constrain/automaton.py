@@ -856,6 +856,18 @@ def _coreachable(trans, accepting):
 
 
 @njit(cache=True)
+def _partition(n):
+    """A refinable partition of ``n`` elements, as :func:`_mark` and :func:`_split` use it: ``(elements in set
+    order, each element's place, each element's set, each set's first place, its end, its marked count, the
+    touched sets)``, every element in set 0 (whose end the caller sets)."""
+    return (
+        np.arange(n).astype(np.int32), np.arange(n).astype(np.int32), np.zeros(n, dtype=np.int32),
+        np.zeros(n + 1, dtype=np.int64), np.zeros(n + 1, dtype=np.int64), np.zeros(n + 1, dtype=np.int64),
+        np.empty(n + 1, dtype=np.int32),
+    )  # fmt: skip
+
+
+@njit(cache=True)
 def _mark(e, elements, location, set_of, first, mid, touched, num_touched):
     """Move element ``e`` into the marked front of its set (a refinable partition); the new ``num_touched``."""
     s = set_of[e]
@@ -938,13 +950,7 @@ def partial_dfa_blocks(table, accepting):
         incoming[in_fill[head[e]]] = e
         in_fill[head[e]] += 1
     # Blocks of states: one, then accepting states split off.
-    b_elements = np.arange(n).astype(np.int32)
-    b_location = np.arange(n).astype(np.int32)
-    b_set = np.zeros(n, dtype=np.int32)
-    b_first = np.zeros(n + 1, dtype=np.int64)
-    b_past = np.zeros(n + 1, dtype=np.int64)
-    b_mid = np.zeros(n + 1, dtype=np.int64)
-    b_touched = np.empty(n + 1, dtype=np.int32)
+    b_elements, b_location, b_set, b_first, b_past, b_mid, b_touched = _partition(n)
     b_past[0] = n
     num_blocks = 1
     touched = 0
@@ -953,13 +959,7 @@ def partial_dfa_blocks(table, accepting):
             touched = _mark(s, b_elements, b_location, b_set, b_first, b_mid, b_touched, touched)
     num_blocks = _split(b_elements, b_set, b_first, b_past, b_mid, b_touched, touched, num_blocks)
     # Cords of edges: one per label.
-    c_elements = np.arange(m).astype(np.int32)
-    c_location = np.arange(m).astype(np.int32)
-    c_set = np.empty(m, dtype=np.int32)
-    c_first = np.zeros(m + 1, dtype=np.int64)
-    c_past = np.zeros(m + 1, dtype=np.int64)
-    c_mid = np.zeros(m + 1, dtype=np.int64)
-    c_touched = np.empty(m + 1, dtype=np.int32)
+    c_elements, c_location, c_set, c_first, c_past, c_mid, c_touched = _partition(m)
     num_cords = 0
     start = 0
     for c in range(k):
