@@ -834,8 +834,7 @@ def _counted_chars(lo: int, hi: int | None, open_quote: bool, close_quote: bool)
         trans[first:end][template == width] = first
         starts = np.array([first])
     elif hi is None:
-        trans[end] = trans[offsets[-1]]
-        trans[first:end][trans[first:end] == end] = end  # (already so: the last copy's characters end at `end`)
+        trans[end] = trans[offsets[-1]]  # the last copy's characters already end at `end`
         starts = np.array([end])
     else:
         starts = first + width * np.arange(lo, hi + 1)  # after a whole count of characters
@@ -1091,7 +1090,7 @@ def _minimize(d: _CDFA) -> _CDFA:
     while qi < len(queue):
         r = rep[queue[qi]]
         qi += 1
-        merged: list[tuple[int, int, int]] = []  # columns in order: adjacent ranges to one target join
+        row = []
         for c, t in enumerate(rows[r][:m]):
             if t < 0:
                 continue
@@ -1099,11 +1098,8 @@ def _minimize(d: _CDFA) -> _CDFA:
             if target is None:
                 target = number[block_of[t]] = len(queue)
                 queue.append(block_of[t])
-            if merged and merged[-1][2] == target and merged[-1][1] + 1 == bounds[c]:
-                merged[-1] = (merged[-1][0], bounds[c + 1] - 1, target)
-            else:
-                merged.append((bounds[c], bounds[c + 1] - 1, target))
-        edges.append(merged)
+            row.append((bounds[c], bounds[c + 1] - 1, target))
+        edges.append(_merge_edges(row))
         accept.append(bool(d.accept[states[r]]))
     return _CDFA(edges, accept)
 
