@@ -42,7 +42,22 @@ class CompileTimeout(StructureError):
     """Building a structure's automata ran past the time limit its caller set (see :func:`deadline`)."""
 
 
-_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("constrain_deadline", default=None)
+class _Deadline:
+    """A time limit in force: when it runs out (a :func:`compile_clock` value), and the wall-clock time before
+    which the CPU clock is not read again. Reading the CPU clock is a system call of about a microsecond, and the
+    limit is looked at hundreds of times in a small compile."""
+
+    __slots__ = ("at", "next_look")
+
+    def __init__(self, at: float):
+        self.at = at
+        self.next_look = 0.0
+
+
+#: How long (wall-clock seconds) a look at the time limit holds: it may be noticed this much late.
+_LOOK_EVERY = 0.001
+
+_DEADLINE: contextvars.ContextVar[_Deadline | None] = contextvars.ContextVar("constrain_deadline", default=None)
 
 
 class _KernelCompileTime(numba_events.Listener):
@@ -81,7 +96,7 @@ def deadline(at: float | None) -> Iterator[None]:
     """Within the block, automaton construction raises :class:`CompileTimeout` once :func:`compile_clock`
     passes ``at`` (None: no limit). CPU time, so a loaded machine does not change the outcome; the guard against
     hostile inputs that no size limit catches."""
-    token = _DEADLINE.set(at)
+    token = _DEADLINE.set(None if at is None else _Deadline(at))
     try:
         yield
     finally:
@@ -89,8 +104,14 @@ def deadline(at: float | None) -> Iterator[None]:
 
 
 def check_deadline() -> None:
-    at = _DEADLINE.get()
-    if at is not None and compile_clock() > at:
+    limit = _DEADLINE.get()
+    if limit is None:
+        return
+    now = time.perf_counter()
+    if now < limit.next_look:
+        return
+    limit.next_look = now + _LOOK_EVERY
+    if compile_clock() > limit.at:
         raise CompileTimeout("building the automata ran past the time limit")
 
 
@@ -282,24 +303,48 @@ class ByteNFA:
             markers = np.array(self._markers, dtype=np.int32).reshape(-1, 3)
             begin = np.ascontiguousarray(markers[markers[:, 1] == BEGIN][:, [0, 2]])
             end = np.ascontiguousarray(markers[markers[:, 1] == END][:, [0, 2]])
-        nfa = _index_nfa(
-            np.array(self._bytes, dtype=np.int32), np.array(self._epsilon, dtype=np.int32),
-            np.array(self._calls, dtype=np.int32), begin, end, n, accept,
-        )  # fmt: skip
-        work = _new_work(64, nfa[-1])
-        done, count = 0, 0
-        while True:
-            check_deadline()
-            work, done, count, status = _subset_construction(
-                start, *nfa[:-1], work, done, count, _WORK_PER_SLICE, MAX_DFA_STATES
-            )
-            if status:
-                raise AutomatonTooLarge(f"the automaton needs more than {MAX_DFA_STATES:,} DFA states")
-            if done == count:
-                break
-        table, accepting, used = _reduce_subsets(work[3], work[4], work[5], count)
-        return ByteDFA(np.ascontiguousarray(table[:, :256]), accepting, np.ascontiguousarray(table[:, 256:]),
-                       tuple(used.tolist()))  # fmt: skip
+        byte_flat = np.array(self._bytes, dtype=np.int32)
+        eps_flat = np.array(self._epsilon, dtype=np.int32)
+        call_flat = np.array(self._calls, dtype=np.int32)
+        check_deadline()
+        status, finished, trans, accepting, calls, used = _determinize_in_one_slice(
+            byte_flat, eps_flat, call_flat, begin, end, n, start, accept, _WORK_PER_SLICE, MAX_DFA_STATES
+        )
+        if not finished and not status:  # a large automaton: again, in slices with the time limit between them
+            nfa = _index_nfa(byte_flat, eps_flat, call_flat, begin, end, n, accept)
+            work = _new_work(64, nfa[-1])
+            done, count = 0, 0
+            while not status:
+                check_deadline()
+                work, done, count, status = _subset_construction(
+                    start, *nfa[:-1], work, done, count, _WORK_PER_SLICE, MAX_DFA_STATES
+                )
+                if done == count:
+                    break
+            if not status:
+                trans, accepting, calls, used = _reduced_subsets(work[3], work[4], work[5], count)
+        if status:
+            raise AutomatonTooLarge(f"the automaton needs more than {MAX_DFA_STATES:,} DFA states")
+        return ByteDFA(trans, accepting, calls, tuple(used.tolist()))
+
+
+@njit(cache=True)
+def _determinize_in_one_slice(byte_flat, eps_flat, call_flat, begin, end, n, start, accept, slice_work, max_states):
+    """The whole of :meth:`ByteNFA.determinize` in one kernel call when the subset construction finishes within
+    one slice of work, as it does for almost every rule (each kernel call costs microseconds of dispatch, which
+    for a small rule is most of its cost): ``(status, finished, trans, accepting, calls, used)``, the arrays
+    empty when it did not finish."""
+    nfa = _index_nfa(byte_flat, eps_flat, call_flat, begin, end, n, accept)
+    work = _new_work(64, nfa[10])
+    work, done, count, status = _subset_construction(
+        start, nfa[0], nfa[1], nfa[2], nfa[3], nfa[4], nfa[5], nfa[6], nfa[7], nfa[8], nfa[9],
+        work, 0, 0, slice_work, max_states,
+    )  # fmt: skip
+    if status or done != count:
+        empty = np.empty((0, 0), dtype=np.int32)
+        return status, False, empty, np.empty(0, dtype=np.bool_), empty, np.empty(0, dtype=np.int64)
+    trans, accepting, calls, used = _reduced_subsets(work[3], work[4], work[5], count)
+    return status, True, trans, accepting, calls, used
 
 
 _NO_PAIRS = np.zeros((0, 2), dtype=np.int32)
@@ -347,9 +392,9 @@ def _new_work(capacity, num_rules):
 
 
 @njit(cache=True)
-def _reduce_subsets(trans, calls, accepting, count):
+def _reduced_subsets(trans, calls, accepting, count):
     """The minimal DFA (:func:`_reduce`) of the first ``count`` subsets, with only the call columns some subset
-    uses: ``(table of bytes then those calls, accepting, the rules of those columns)``."""
+    uses: ``(byte table, accepting, table of those call columns, the rules of those columns)``."""
     num_rules = calls.shape[1]
     used = np.zeros(num_rules, dtype=np.bool_)
     for s in range(count):
@@ -364,7 +409,8 @@ def _reduce_subsets(trans, calls, accepting, count):
         for c in range(columns.shape[0]):
             edges[s, 256 + c] = calls[s, columns[c]]
     table, out_accepting = _reduce(edges, accepting[:count])
-    return table, out_accepting, columns
+    return (np.ascontiguousarray(table[:, :256]), out_accepting, np.ascontiguousarray(table[:, 256:]),
+            columns)  # fmt: skip
 
 
 #: Work (states visited) the kernel does between two looks at the time limit: a few milliseconds.

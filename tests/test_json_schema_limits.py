@@ -227,3 +227,17 @@ def test_compiling_numba_kernels_is_not_charged_to_the_time_limit():
         with pytest.raises(CompileTimeout):  # work that is the schema's own still is
             while True:
                 check_deadline()
+
+
+def test_a_time_limit_that_runs_out_is_noticed_within_a_millisecond_or_so():
+    """The CPU clock is read at most once a millisecond of wall-clock time (each read is a system call); a limit
+    that has run out is still noticed at the next look, and one already past at the first."""
+    from constrain.automaton import CompileTimeout, check_deadline, compile_clock, deadline
+
+    with deadline(compile_clock() - 1.0), pytest.raises(CompileTimeout):
+        check_deadline()
+    at = compile_clock() + 0.02
+    with deadline(at), pytest.raises(CompileTimeout):
+        while True:
+            check_deadline()
+    assert compile_clock() - at < 0.01

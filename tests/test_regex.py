@@ -153,6 +153,29 @@ def test_reduced_is_the_minimal_canonical_dfa(num_states, width, rng):
     assert np.array_equal(again.trans, reduced.trans) and np.array_equal(again.accepting, reduced.accepting)
 
 
+@pytest.mark.parametrize("pattern", [r"(a|b)*abb", r"[0-9]{3,9}(\.[0-9]+)?", r"(foo|bar|baz){2,4}", r"[^x]*x[^x]{4}"])
+def test_determinising_in_slices_builds_the_dfa_built_in_one_call(pattern, monkeypatch):
+    """A subset construction larger than one slice of work is finished in slices, with the time limit looked at
+    between them; the automaton is the one a single call builds."""
+    from constrain import automaton
+    from constrain.compilers.regex import add_regex
+
+    def build():
+        nfa = ByteNFA()
+        start, accept = nfa.new_state(), nfa.new_state()
+        add_regex(nfa, pattern, start, accept)
+        return nfa.determinize(start, accept)
+
+    whole = build()
+    slices = []
+    sliced = automaton._subset_construction
+    monkeypatch.setattr(automaton, "_subset_construction", lambda *a: slices.append(1) or sliced(*a))
+    monkeypatch.setattr(automaton, "_WORK_PER_SLICE", 2)
+    in_slices = build()
+    assert len(slices) > 1
+    assert np.array_equal(in_slices.trans, whole.trans) and np.array_equal(in_slices.accepting, whole.accepting)
+
+
 # -- semantics against re ----------------------------------------------------------------------------------------
 
 CASES = [
