@@ -63,7 +63,7 @@ class _CachedHash:
         return cached
 
     def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "_hash"}  # str hashes differ between processes
+        return {k: v for k, v in self.__dict__.items() if k not in ("_hash", "_refs")}  # str hashes differ
 
 
 @dataclass(frozen=True, eq=True)
@@ -97,15 +97,23 @@ class Automaton:
     instead of writing the automaton back as a regex to be parsed again. Equal when the automata are equal state
     for state (they are minimised, so equal languages compare equal up to state numbering)."""
 
-    __slots__ = ("dfa", "_key")
+    __slots__ = ("dfa", "_digest")
 
     def __init__(self, dfa: ByteDFA):
         if dfa.callees:
             raise GrammarError("an Automaton must not call rules")
         self.dfa = dfa
-        digest = hashlib.blake2b(dfa.trans.tobytes(), digest_size=16)
-        digest.update(dfa.accepting.tobytes())
-        self._key = digest.digest()
+        self._digest: bytes | None = None
+
+    @property
+    def _key(self) -> bytes:
+        """A digest of the table, made when first asked for: a rule whose whole body is an automaton is never
+        hashed, and hashing a table costs tens of microseconds."""
+        if self._digest is None:
+            digest = hashlib.blake2b(self.dfa.trans.tobytes(), digest_size=16)
+            digest.update(self.dfa.accepting.tobytes())
+            self._digest = digest.digest()
+        return self._digest
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Automaton) and self._key == other._key
@@ -258,6 +266,8 @@ def _rule_dfa(body: Expr) -> tuple[ByteDFA, tuple[str, ...]]:
     """A rule body's DFA, its call columns naming rules by position in the returned names. Cached per process by
     the body itself: the pieces every JSON schema shares (a value, an object of anything) are built once. The
     arrays are shared, so they are made read-only."""
+    if isinstance(body, Automaton):
+        return body.dfa, ()
     try:
         cached = _RULE_DFAS.get(body)
     except TypeError:  # an unhashable body (a list where a tuple belongs): build it, uncached
@@ -270,8 +280,6 @@ def _rule_dfa(body: Expr) -> tuple[ByteDFA, tuple[str, ...]]:
 
 
 def _build_rule_dfa(body: Expr) -> tuple[ByteDFA, tuple[str, ...]]:
-    if isinstance(body, Automaton):
-        return body.dfa, ()
     called: dict[str, int] = {}
     collect_refs(body, called)
     nfa = ByteNFA()
@@ -283,20 +291,32 @@ def _build_rule_dfa(body: Expr) -> tuple[ByteDFA, tuple[str, ...]]:
     return dfa, tuple(called)
 
 
-def collect_refs(expr: Expr, out: dict[str, int], seen: set[int] | None = None) -> dict[str, int]:
-    """Add the rules ``expr`` calls to ``out`` (name -> order of first appearance); returns ``out``. A subtree
-    met again (``seen``, by identity) adds nothing new."""
-    if isinstance(expr, Ref):
-        out.setdefault(expr.rule, len(out))
-    elif isinstance(expr, (Seq, Alt, Repeat)):
-        if seen is None:
-            seen = set()
-        elif id(expr) in seen:
-            return out
-        seen.add(id(expr))
-        for item in expr.items if not isinstance(expr, Repeat) else (expr.item,):
-            collect_refs(item, out, seen)
+def collect_refs(expr: Expr, out: dict[str, int]) -> dict[str, int]:
+    """Add the rules ``expr`` calls to ``out`` (name -> order of first appearance); returns ``out``."""
+    for rule in _refs_of(expr):
+        out.setdefault(rule, len(out))
     return out
+
+
+def _refs_of(expr: Expr) -> tuple[str, ...]:
+    """The rules ``expr`` calls, in order of first appearance. Kept on a composite expression: the rules every
+    schema shares are the same objects in every grammar, and a subtree met again costs a lookup."""
+    if isinstance(expr, Ref):
+        return (expr.rule,)
+    if not isinstance(expr, (Seq, Alt, Repeat)):
+        return ()
+    refs = expr.__dict__.get("_refs")
+    if refs is None:
+        items = (expr.item,) if isinstance(expr, Repeat) else expr.items
+        found: dict[str, None] = {}
+        for item in items:
+            if isinstance(item, Ref):
+                found[item.rule] = None
+            elif isinstance(item, (Seq, Alt, Repeat)):
+                found.update(dict.fromkeys(_refs_of(item)))
+        refs = tuple(found)
+        object.__setattr__(expr, "_refs", refs)
+    return refs
 
 
 def _build(nfa: ByteNFA, expr: Expr, src: int, dst: int, index: Mapping[str, int], suffixes: dict) -> None:

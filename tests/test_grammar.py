@@ -240,6 +240,34 @@ def test_productivity_and_left_recursion_checks_equal_a_fixpoint_over_the_ir(gra
         build_pushdown(grammar)
 
 
+def _refs_in_order(expr, out):
+    """The rules ``expr`` calls in order of first appearance, by a plain walk of the tree."""
+    if isinstance(expr, Ref):
+        if expr.rule not in out:
+            out.append(expr.rule)
+    elif isinstance(expr, Repeat):
+        _refs_in_order(expr.item, out)
+    elif isinstance(expr, (Seq, Alt)):
+        for item in expr.items:
+            _refs_in_order(item, out)
+    return out
+
+
+@given(small_grammars(), small_grammars())
+@settings(max_examples=200, deadline=None)
+def test_a_bodys_calls_are_listed_in_order_of_first_appearance_where_subtrees_are_shared(a, b):
+    """collect_refs keeps each composite's calls on it: a subtree shared by several bodies (the rules every schema
+    shares) answers from what it kept, in the order a walk of each body meets its calls."""
+    from constrain.grammar import collect_refs
+
+    bodies = list(a.rules.values()) + list(b.rules.values())
+    shared = [Seq((x, y)) for x in bodies for y in bodies] + [Alt((x, Repeat(x, 1, 2))) for x in bodies]
+    for body in bodies + shared + bodies:  # again: answered from what the first pass kept
+        assert list(collect_refs(body, {})) == _refs_in_order(body, [])
+        out = {"zz": 0}
+        assert collect_refs(body, out) == {"zz": 0, **{r: i + 1 for i, r in enumerate(_refs_in_order(body, []))}}
+
+
 NESTED = Grammar({"n": Alt((Seq((Literal("("), Ref("n"), Literal(")"))), Literal("x")))}, "n")
 
 

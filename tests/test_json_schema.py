@@ -666,6 +666,29 @@ def _indented(value, limit: int, depth: int = 0) -> str:
     return "{\n" + ",\n".join(inner + x for x in items) + "\n" + outer + "}"
 
 
+def test_any_value_is_indented_to_the_depth_limit_and_compact_below_it():
+    from constrain.compilers.json_schema import MAX_INDENT_DEPTH
+
+    m = machine({}, whitespace="indent")
+    value: object = {"k": [1, "x", None]}
+    for i in range(MAX_INDENT_DEPTH + 2):
+        value = {f"k{i}": [value, {}]} if i % 2 else [value, True]
+    assert accepts(m, _indented(value, MAX_INDENT_DEPTH + 1))
+    assert not accepts(m, json.dumps(value, indent=2))
+    assert not accepts(m, dumps(value))
+
+
+@pytest.mark.parametrize("whitespace", ["compact", "flexible", "indent"])
+def test_the_rules_every_schema_shares_are_the_same_objects_in_every_grammar(whitespace):
+    """The rules of any JSON value are built once per process and handed to every grammar as the same objects, so
+    their hashes, call lists and rule DFAs are found at once instead of built again for each schema."""
+    open_object = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    first, _ = schema_to_grammar(open_object, whitespace=whitespace)
+    second, _ = schema_to_grammar({"type": "array", "items": {}}, whitespace=whitespace)
+    shared = [name for name in first.rules if name.startswith(("json_value", "json_object", "json_array"))]
+    assert shared and all(first.rules[name] is second.rules[name] for name in shared)
+
+
 def test_indent_layout_continues_compactly_beyond_the_depth_limit():
     from constrain.compilers.json_schema import MAX_INDENT_DEPTH
 

@@ -2136,6 +2136,83 @@ class _ObjectInfo:
         return False
 
 
+def _child_depth(depth: int | None) -> int | None:
+    if depth is None or depth + 1 > MAX_INDENT_DEPTH:
+        return None
+    return depth + 1
+
+
+# The rules every schema may share are built once per process, so that each schema's grammar holds the very same
+# objects: their hashes are cached on them, cache lookups by body meet them by identity, and the rule DFAs built
+# from them are found at once.
+
+
+@lru_cache(maxsize=256)
+def _shared_body(name: str, max_ws: int) -> Expr:
+    """The body of a shared lexical rule."""
+    if name.startswith("json_chars_"):
+        size = int(name.rsplit("_", 1)[1])
+        return _counted_chars(size, size, False, False)
+    bodies = {
+        "json_string": lambda: Regex(_STRING),
+        "json_number": lambda: Regex(_NUMBER),
+        "json_integer": lambda: Regex(_INTEGER),
+        "json_fraction": lambda: Regex(_NONINT),
+        "true": lambda: Literal("true"),
+        "false": lambda: Literal("false"),
+        "null": lambda: Literal("null"),
+        "ws": lambda: Regex(f"[ \\t\\n\\r]{{0,{max_ws}}}"),
+    }
+    return bodies[name]()
+
+
+@lru_cache(maxsize=256)
+def _layout(whitespace: str, max_ws: int, depth: int | None) -> _Layout:
+    """The punctuation of objects and arrays at ``depth`` (indented output) or anywhere."""
+    if whitespace == "indent" and depth is not None:
+        inner = "  " * (depth + 1)
+        outer = "  " * depth
+        return _Layout(
+            Literal("{\n" + inner), Literal("\n" + outer + "}"),
+            Literal("[\n" + inner), Literal("\n" + outer + "]"),
+            Literal(",\n" + inner), Literal(": "), Literal("{}"), Literal("[]"),
+        )  # fmt: skip
+    if whitespace == "flexible":
+        ws = Ref("ws")
+        return _Layout(
+            Seq((Literal("{"), ws)), Seq((ws, Literal("}"))), Seq((Literal("["), ws)), Seq((ws, Literal("]"))),
+            Seq((ws, Literal(","), ws)), Seq((ws, Literal(":"), ws)), Seq((Literal("{"), ws, Literal("}"))),
+            Seq((Literal("["), ws, Literal("]"))),
+        )  # fmt: skip
+    return _Layout(
+        Literal("{"), Literal("}"), Literal("["), Literal("]"), Literal(","), Literal(":"), Literal("{}"), Literal("[]")
+    )
+
+
+@lru_cache(maxsize=256)
+def _any_value_rules(whitespace: str, max_ws: int, depth: int | None) -> dict[str, Expr]:
+    """The rules of any JSON value at ``depth``: ``json_value`` (suffixed ``@depth`` for indented output), its
+    objects and arrays, those of the values nested in them, and the lexical rules they call. Read-only: callers
+    copy the entries."""
+    suffix = "" if depth is None else f"@{depth}"
+    lay = _layout(whitespace, max_ws, depth)
+    child = _child_depth(depth)
+    rules: dict[str, Expr] = {}
+    if child != depth:
+        rules.update(_any_value_rules(whitespace, max_ws, child))
+    for name in ("json_string", "json_number", "true", "false", "null") + (("ws",) if whitespace == "flexible" else ()):
+        rules[name] = _shared_body(name, max_ws)
+    value = Ref("json_value" + ("" if child is None else f"@{child}"))
+    obj, arr = "json_object" + suffix, "json_array" + suffix
+    member = Seq((Ref("json_string"), lay.colon, value))
+    rules[obj] = Alt((lay.obj_empty, Seq((lay.obj_open, member, Repeat(Seq((lay.comma, member))), lay.obj_close))))
+    rules[arr] = Alt((lay.arr_empty, Seq((lay.arr_open, value, Repeat(Seq((lay.comma, value))), lay.arr_close))))
+    rules["json_value" + suffix] = Alt(
+        (Ref(obj), Ref(arr), Ref("json_string"), Ref("json_number"), Ref("true"), Ref("false"), Ref("null"))
+    )
+    return rules
+
+
 class _Compiler:
     def __init__(
         self, schema: Any, strict: bool, whitespace: str, additional_properties_default: bool, max_whitespace: int
@@ -2177,78 +2254,18 @@ class _Compiler:
 
     def shared(self, name: str) -> Ref:
         if name not in self.rules:
-            bodies = {
-                "json_string": lambda: Regex(_STRING),
-                "json_number": lambda: Regex(_NUMBER),
-                "json_integer": lambda: Regex(_INTEGER),
-                "json_fraction": lambda: Regex(_NONINT),
-                "true": lambda: Literal("true"),
-                "false": lambda: Literal("false"),
-                "null": lambda: Literal("null"),
-                "ws": lambda: Regex(f"[ \\t\\n\\r]{{0,{self.max_ws}}}"),
-            }
-            if name.startswith("json_chars_"):
-                size = int(name.rsplit("_", 1)[1])
-                self.rules[name] = _counted_chars(size, size, False, False)
-            else:
-                self.rules[name] = bodies[name]()
+            self.rules[name] = _shared_body(name, self.max_ws)
         return Ref(name)
 
     def layout(self, depth: int | None) -> _Layout:
-        if self.whitespace == "indent" and depth is not None:
-            inner = "  " * (depth + 1)
-            outer = "  " * depth
-            return _Layout(
-                Literal("{\n" + inner), Literal("\n" + outer + "}"),
-                Literal("[\n" + inner), Literal("\n" + outer + "]"),
-                Literal(",\n" + inner), Literal(": "), Literal("{}"), Literal("[]"),
-            )  # fmt: skip
         if self.whitespace == "flexible":
-            ws = self.shared("ws")
-            return _Layout(
-                Seq((Literal("{"), ws)), Seq((ws, Literal("}"))), Seq((Literal("["), ws)), Seq((ws, Literal("]"))),
-                Seq((ws, Literal(","), ws)), Seq((ws, Literal(":"), ws)), Seq((Literal("{"), ws, Literal("}"))),
-                Seq((Literal("["), ws, Literal("]"))),
-            )  # fmt: skip
-        return _Layout(
-            Literal("{"),
-            Literal("}"),
-            Literal("["),
-            Literal("]"),
-            Literal(","),
-            Literal(":"),
-            Literal("{}"),
-            Literal("[]"),
-        )
-
-    def child_depth(self, depth: int | None) -> int | None:
-        if depth is None or depth + 1 > MAX_INDENT_DEPTH:
-            return None
-        return depth + 1
+            self.shared("ws")  # what the layout's punctuation calls
+        return _layout(self.whitespace, self.max_ws, depth)
 
     def any_value(self, depth: int | None) -> Ref:
-        suffix = "" if depth is None else f"@{depth}"
-        name = "json_value" + suffix
-        if name in self.rules:
-            return Ref(name)
-        lay = self.layout(depth)
-        child = self.child_depth(depth)
-        self.rules[name] = Seq(())  # placeholder against re-entry
-        value = self.any_value(child)
-        obj, arr = "json_object" + suffix, "json_array" + suffix
-        member = Seq((self.shared("json_string"), lay.colon, value))
-        self.rules[obj] = Alt(
-            (lay.obj_empty, Seq((lay.obj_open, member, Repeat(Seq((lay.comma, member))), lay.obj_close)))
-        )
-        self.rules[arr] = Alt(
-            (lay.arr_empty, Seq((lay.arr_open, value, Repeat(Seq((lay.comma, value))), lay.arr_close)))
-        )
-        self.rules[name] = Alt(
-            (
-                Ref(obj), Ref(arr), self.shared("json_string"), self.shared("json_number"), self.shared("true"),
-                self.shared("false"), self.shared("null"),
-            )
-        )  # fmt: skip
+        name = "json_value" + ("" if depth is None else f"@{depth}")
+        if name not in self.rules:
+            self.rules.update(_any_value_rules(self.whitespace, self.max_ws, depth))
         return Ref(name)
 
     # -- parts -----------------------------------------------------------------------------------------------
@@ -2587,7 +2604,7 @@ class _Compiler:
                 return Alt((Literal(_dumps(value)), Literal(json.dumps(value))))
             return Literal(_dumps(value))
         lay = self.layout(depth)
-        child = self.child_depth(depth)
+        child = _child_depth(depth)
         if isinstance(value, Mapping):
             items = [
                 Seq((Literal(json.dumps(k, ensure_ascii=False)), lay.colon, self.value_literal(v, child)))
@@ -3490,7 +3507,7 @@ class _Compiler:
         if sh.max_items is not None and sh.min_items > sh.max_items:
             raise self.unsatisfiable(f"minItems {sh.min_items} is above maxItems {sh.max_items}", *sh.min_items_at)
         lay = self.layout(depth)
-        cd = self.child_depth(depth)
+        cd = _child_depth(depth)
         prefixes: list[list[str]] = []
         rests: list[str | None] = []
         contains: list[tuple[str, int, int | None]] = []
@@ -3749,7 +3766,7 @@ class _Compiler:
                 f"minProperties {sh.min_props} is above maxProperties {sh.max_props}", *sh.min_props_at
             )
         lay = self.layout(depth)
-        cd = self.child_depth(depth)
+        cd = _child_depth(depth)
         infos = [self.object_info(part, sh) for part in sh.object_parts]
         closed = (
             (not self.ap_default)
@@ -4311,7 +4328,7 @@ def _finalize(rules: dict[str, Expr], start: str) -> dict[str, Expr]:
     alias_edges = {
         name: {o.rule for o in _options(body) if isinstance(o, Ref) and o.rule in rules} for name, body in rules.items()
     }
-    for comp in _sccs(alias_edges):
+    for comp in _sccs(_cyclic_part(alias_edges)):
         if len(comp) == 1 and next(iter(comp)) not in alias_edges[next(iter(comp))]:
             continue
         union: list[Expr] = []
@@ -4323,6 +4340,23 @@ def _finalize(rules: dict[str, Expr], start: str) -> dict[str, Expr]:
             rules[name] = union[0] if len(union) == 1 else Alt(tuple(union))
             refs[name] = set(collect_refs(rules[name], {}))
     return _reachable(rules, start, refs)
+
+
+def _cyclic_part(graph: Mapping[str, set[str]]) -> dict[str, set[str]]:
+    """``graph`` less the nodes no cycle passes through (those that reach no cycle): almost every grammar has
+    no alias cycle, and this check is cheaper than finding the components."""
+    out_degree = {name: len(targets) for name, targets in graph.items()}
+    sources: dict[str, list[str]] = defaultdict(list)
+    for name, targets in graph.items():
+        for target in targets:
+            sources[target].append(name)
+    work = [name for name, degree in out_degree.items() if degree == 0]
+    while work:
+        for source in sources[work.pop()]:
+            out_degree[source] -= 1
+            if out_degree[source] == 0:
+                work.append(source)
+    return {name: targets for name, targets in graph.items() if out_degree[name]}
 
 
 def _sccs(graph: Mapping[str, set[str]]) -> list[set[str]]:
