@@ -257,6 +257,16 @@ class ByteNFA:
     def add_bytes(self, src: int, lo: int, hi: int, dst: int) -> None:
         self._bytes += (src, lo, hi, dst)
 
+    def add_literal(self, src: int, data: bytes, dst: int) -> None:
+        """A path from ``src`` to ``dst`` reading exactly ``data`` (not empty), its inner states made at once."""
+        if self.size + len(data) - 1 > MAX_NFA_STATES:
+            raise AutomatonTooLarge(f"the automaton needs more than {MAX_NFA_STATES:,} NFA states")
+        base = self.size - 1  # byte i leaves state base + i (src for i = 0) and enters base + i + 1
+        self.size += len(data) - 1
+        edges = self._bytes
+        for i, byte in enumerate(data):
+            edges += (src if i == 0 else base + i, byte, byte, dst if i == len(data) - 1 else base + i + 1)
+
     def add_call(self, src: int, rule: int, dst: int) -> None:
         """An edge that reads one whole match of grammar rule ``rule`` (a pushdown call)."""
         self._calls += (src, rule, dst)

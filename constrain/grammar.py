@@ -235,21 +235,8 @@ def _hoist_terminals(grammar: Grammar) -> Grammar:
             done[id(expr)] = out
         return out
 
-    calls: dict[int, bool] = {}  # by node identity, as ``done``
-
-    def calls_a_rule(expr: Expr) -> bool:
-        if isinstance(expr, Ref):
-            return True
-        if not isinstance(expr, (Seq, Alt, Repeat)):
-            return False
-        found = calls.get(id(expr))
-        if found is None:
-            items = (expr.item,) if isinstance(expr, Repeat) else expr.items
-            found = calls[id(expr)] = any(map(calls_a_rule, items))  # stops at the first call
-        return found
-
     for name, body in grammar.rules.items():
-        if calls_a_rule(body):
+        if _refs_of(body):  # kept on the body: usually known already
             rules[name] = hoist(body)
     if not hoisted:
         return grammar
@@ -331,11 +318,7 @@ def _build(nfa: ByteNFA, expr: Expr, src: int, dst: int, index: Mapping[str, int
         if not data:
             nfa.add_epsilon(src, dst)
             return
-        state = src
-        for i, byte in enumerate(data):
-            nxt = dst if i == len(data) - 1 else nfa.new_state()
-            nfa.add_bytes(state, byte, byte, nxt)
-            state = nxt
+        nfa.add_literal(src, data, dst)
     elif isinstance(expr, Regex):
         nfa.add_dfa(terminal_dfa(expr.pattern), src, dst)
     elif isinstance(expr, Automaton):
