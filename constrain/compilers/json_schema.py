@@ -110,6 +110,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from decimal import Decimal, localcontext
 from functools import lru_cache
 from itertools import product
+from types import MappingProxyType
 from typing import Any, NamedTuple
 from urllib.parse import quote, unquote, urljoin
 
@@ -2153,17 +2154,12 @@ def _shared_body(name: str, max_ws: int) -> Expr:
     if name.startswith("json_chars_"):
         size = int(name.rsplit("_", 1)[1])
         return _counted_chars(size, size, False, False)
-    bodies = {
-        "json_string": lambda: Regex(_STRING),
-        "json_number": lambda: Regex(_NUMBER),
-        "json_integer": lambda: Regex(_INTEGER),
-        "json_fraction": lambda: Regex(_NONINT),
-        "true": lambda: Literal("true"),
-        "false": lambda: Literal("false"),
-        "null": lambda: Literal("null"),
-        "ws": lambda: Regex(f"[ \\t\\n\\r]{{0,{max_ws}}}"),
-    }
-    return bodies[name]()
+    if name == "ws":
+        return Regex(f"[ \\t\\n\\r]{{0,{max_ws}}}")
+    if name in ("true", "false", "null"):
+        return Literal(name)
+    patterns = {"json_string": _STRING, "json_number": _NUMBER, "json_integer": _INTEGER, "json_fraction": _NONINT}
+    return Regex(patterns[name])
 
 
 @lru_cache(maxsize=256)
@@ -2190,10 +2186,9 @@ def _layout(whitespace: str, max_ws: int, depth: int | None) -> _Layout:
 
 
 @lru_cache(maxsize=256)
-def _any_value_rules(whitespace: str, max_ws: int, depth: int | None) -> dict[str, Expr]:
+def _any_value_rules(whitespace: str, max_ws: int, depth: int | None) -> Mapping[str, Expr]:
     """The rules of any JSON value at ``depth``: ``json_value`` (suffixed ``@depth`` for indented output), its
-    objects and arrays, those of the values nested in them, and the lexical rules they call. Read-only: callers
-    copy the entries."""
+    objects and arrays, those of the values nested in them, and the lexical rules they call."""
     suffix = "" if depth is None else f"@{depth}"
     lay = _layout(whitespace, max_ws, depth)
     child = _child_depth(depth)
@@ -2210,7 +2205,7 @@ def _any_value_rules(whitespace: str, max_ws: int, depth: int | None) -> dict[st
     rules["json_value" + suffix] = Alt(
         (Ref(obj), Ref(arr), Ref("json_string"), Ref("json_number"), Ref("true"), Ref("false"), Ref("null"))
     )
-    return rules
+    return MappingProxyType(rules)  # shared by every caller: read-only
 
 
 class _Compiler:
@@ -4343,8 +4338,8 @@ def _finalize(rules: dict[str, Expr], start: str) -> dict[str, Expr]:
 
 
 def _cyclic_part(graph: Mapping[str, set[str]]) -> dict[str, set[str]]:
-    """``graph`` less the nodes no cycle passes through (those that reach no cycle): almost every grammar has
-    no alias cycle, and this check is cheaper than finding the components."""
+    """``graph`` without the nodes that reach no cycle (a node reaching none is on none): almost every grammar
+    has no alias cycle, and this is cheaper than finding the components."""
     out_degree = {name: len(targets) for name, targets in graph.items()}
     sources: dict[str, list[str]] = defaultdict(list)
     for name, targets in graph.items():
