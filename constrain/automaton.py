@@ -305,8 +305,9 @@ class ByteNFA:
 
         ``BEGIN`` markers are followed from the start only; a subset accepts when one of its states reaches
         ``accept`` through epsilons and ``END`` markers. Subsets keep only the states that read something or
-        accept, so equivalent subsets meet. The compiled kernel runs in slices, with the time limit checked in
-        between."""
+        accept, so equivalent subsets meet. One kernel call does it all when one slice of work finishes the
+        subset construction (almost every rule); a larger automaton is built again in slices, with the time limit
+        checked in between."""
         n = self.size
         begin = end = _NO_PAIRS
         if self._markers:
