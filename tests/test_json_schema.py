@@ -31,7 +31,7 @@ from constrain.compilers.json_schema import (
     schema_to_grammar,
 )
 from constrain.errors import StructureError
-from constrain.grammar import Literal, Regex, Repeat, Seq, _build_rule_dfa, build_pushdown
+from constrain.grammar import Automaton, Literal, Regex, Repeat, Seq, _build_rule_dfa, build_pushdown
 from constrain.pushdown import Machine
 
 SUITE = (
@@ -687,6 +687,34 @@ def test_the_rules_every_schema_shares_are_the_same_objects_in_every_grammar(whi
     second, _ = schema_to_grammar({"type": "array", "items": {}}, whitespace=whitespace)
     shared = [name for name in first.rules if name.startswith(("json_value", "json_object", "json_array"))]
     assert shared and all(first.rules[name] is second.rules[name] for name in shared)
+
+
+def test_string_automata_are_shared_across_schemas_and_their_refusals_are_reported_each_time():
+    """A pattern, format and length set is turned into its automaton once per process (identifiers and hex ids
+    recur across most real schemas); each schema still gets its own errors and relaxations, at its own pointers."""
+    string = {"type": "string", "pattern": "^[0-9a-f]{24}$", "maxLength": 30}
+    first, _ = schema_to_grammar({"type": "object", "properties": {"id": string}})
+    second, _ = schema_to_grammar({"type": "array", "items": string})
+    (shared,) = {body for body in first.rules.values() if isinstance(body, Automaton) and body.dfa.num_states > 24}
+    assert any(body is shared for body in second.rules.values())
+
+    unsupported = {"type": "string", "pattern": "(?=a)b"}
+    for where in ("a", "b"):
+        with pytest.raises(JsonSchemaError) as info:
+            schema_to_grammar({"type": "object", "properties": {where: unsupported}})
+        assert info.value.pointer == f"/properties/{where}/pattern"
+        _, notes = schema_to_grammar({"properties": {where: unsupported}}, strict=False)
+        assert notes and notes[0].startswith(f"/properties/{where}/pattern: pattern: ignored")
+
+    disjoint = {"type": "string", "allOf": [{"pattern": "^a+$"}, {"pattern": "^b+$"}]}
+    lengths = {"type": "string", "pattern": "^ab?$", "minLength": 3}
+    for where in ("x", "y"):
+        with pytest.raises(JsonSchemaError, match="no string satisfies") as info:
+            schema_to_grammar({"type": "object", "properties": {where: disjoint}, "required": [where]})
+        assert info.value.pointer == f"/properties/{where}/allOf/0/pattern"
+        with pytest.raises(JsonSchemaError, match="allowed lengths") as info:
+            schema_to_grammar({"type": "object", "properties": {where: lengths}, "required": [where]})
+        assert info.value.pointer == f"/properties/{where}/minLength"
 
 
 def test_indent_layout_continues_compactly_beyond_the_depth_limit():

@@ -108,6 +108,7 @@ from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from decimal import Decimal, localcontext
+from enum import Enum
 from functools import lru_cache
 from itertools import product
 from types import MappingProxyType
@@ -116,6 +117,7 @@ from urllib.parse import quote, unquote, urljoin
 
 import numpy as np
 
+from ..cache import BoundedCache
 from ..errors import RegexError, StructureError
 from ..automaton import (
     DEAD, ByteDFA, ByteNFA, CompileTimeout, check_deadline, column_classes, compile_clock, complement_ranges,
@@ -900,6 +902,103 @@ def _counted_dfa(d: _CDFA, lo: int, hi: int | None, quoted: bool = False) -> Byt
         accepting[-1] = True
         table, final = closed, accepting
     return ByteDFA(table, final).reduced()
+
+
+class _StringKey(NamedTuple):
+    """A string's constraints on its decoded text: the patterns it matches and does not, the formats it has and
+    has not (by name), the values it may not take."""
+
+    patterns: tuple[str, ...]
+    formats: tuple[str, ...]
+    excluded: tuple[str, ...]
+    neg_patterns: tuple[str, ...]
+    neg_formats: tuple[str, ...]
+
+
+class _StringOutcome(Enum):
+    """Why :func:`_string_automaton` gave no automaton; the compiler reports it at its own pointers."""
+
+    EMPTY = "no string satisfies the patterns and formats"
+    EMPTY_AT_LENGTHS = "no string of the allowed lengths does"
+    TOO_LARGE = "the constraints need too large an automaton"
+    NEEDS_BLOCKS = "with the length bound, one automaton would be too large"
+
+
+@lru_cache(maxsize=1024)
+def _searched(pattern: str) -> _CDFA:
+    """Strings in which ``pattern`` matches somewhere, minimal; raises RegexError or _TooLarge. Shared per
+    process: a few patterns (identifiers, hex ids, versions) recur across most schemas."""
+    return _CDFA.from_regex(f"(?s:.)*(?:{pattern})(?s:.)*").minimized()
+
+
+@lru_cache(maxsize=1024)
+def _string_language(key: _StringKey) -> _CDFA | None:
+    """The decoded strings ``key`` allows, minimal (None: too large). The patterns must be supported (their
+    :func:`_searched` succeeds)."""
+    d = _CDFA.universal()
+    try:
+        for pattern in key.patterns:
+            d = d.intersect(_searched(pattern)).minimized()
+        for name in key.formats:
+            d = d.intersect(_format_language(name)).minimized()
+        if key.excluded:
+            d = d.minus(_CDFA.literals(key.excluded)).minimized()
+        for pattern in key.neg_patterns:
+            d = d.minus(_searched(pattern)).minimized()
+        for name in key.neg_formats:
+            d = d.minus(_format_language(name)).minimized()
+    except _TooLarge:
+        return None
+    return d
+
+
+@lru_cache(maxsize=64)
+def _format_language(name: str) -> _CDFA:
+    return _CDFA.from_regex(_FORMATS[name])
+
+
+#: String automata by (constraints, lengths), shared by every schema compiled in this process.
+_STRING_AUTOMATA = BoundedCache(64 * 1024 * 1024)
+
+
+def _string_automaton(key: _StringKey, lo: int, hi: int | None) -> Automaton | _StringOutcome:
+    """The JSON strings (quotes included) whose decoded text ``key`` allows with ``lo`` to ``hi`` code points, as
+    one grammar automaton, or why there is none. Built once per process for each constraint set."""
+    cache_key = (key, lo, hi)
+    found = _STRING_AUTOMATA.get(cache_key)
+    if found is None:
+        found = _build_string_automaton(key, lo, hi)
+        nbytes = found.dfa.trans.nbytes if isinstance(found, Automaton) else 64
+        _STRING_AUTOMATA.put(cache_key, found, nbytes)
+    return found
+
+
+def _build_string_automaton(key: _StringKey, lo: int, hi: int | None) -> Automaton | _StringOutcome:
+    d = _string_language(key)
+    if d is None:
+        return _StringOutcome.TOO_LARGE
+    if d.is_empty():
+        return _StringOutcome.EMPTY
+    if lo > 0 or hi is not None:
+        shortest, longest = d.length_range()
+        if shortest >= lo and (hi is None or (longest is not None and longest <= hi)):
+            return _string_automaton(key, 0, None)  # the lengths are redundant
+        try:
+            counted = _counted_dfa(d, lo, hi, quoted=True)
+        except _TooLarge:
+            return _StringOutcome.NEEDS_BLOCKS
+        if counted.is_empty:
+            return _StringOutcome.EMPTY_AT_LENGTHS
+        if counted.num_states > MAX_COUNTED_BYTE_STATES:
+            return _StringOutcome.NEEDS_BLOCKS
+        return Automaton(counted)
+    try:
+        dfa = d.encode_json().minimized().to_byte_dfa(quoted=True)
+    except _TooLarge:
+        return _StringOutcome.TOO_LARGE
+    if dfa.is_empty or dfa.num_states > MAX_BYTE_STATES:
+        return _StringOutcome.TOO_LARGE
+    return Automaton(dfa)
 
 
 def _subtract_specials(lo: int, hi: int) -> list[tuple[int, int]]:
@@ -2225,7 +2324,6 @@ class _Compiler:
         #: The next suffix to try per name base: bases cut at 80 characters repeat (many branches under one long
         #: pointer), and probing ``#2, #3...`` from the start each time is quadratic in their number.
         self._name_next: dict[str, int] = {}
-        self._search_cache: dict[str, _CDFA] = {}
         self._in_place: dict[str, set[str]] = {}
         self._disjoint_cache: dict[tuple, bool] = {}
         self._finite_cache: dict[str, tuple] = {}
@@ -3276,40 +3374,30 @@ class _Compiler:
             return Regex(_quoted(_FORMATS_ENCODED[sh.formats[0][0]]))
         at = (sh.patterns or sh.formats or sh.neg_patterns or sh.neg_formats or [("", "")])[0][1]
         keyword = "pattern" if sh.patterns or sh.neg_patterns else "format"
-        try:
-            d = self.string_cdfa(sh)
-        except _TooLarge:
+        key = self.string_key(sh)
+        found = _string_automaton(key, sh.min_len, sh.max_len)
+        length_at = sh.max_len_at if sh.max_len is not None else sh.min_len_at
+        if found is _StringOutcome.EMPTY:
+            raise self.unsatisfiable("no string satisfies the pattern/format constraints together", *self.string_at(sh))
+        if found is _StringOutcome.EMPTY_AT_LENGTHS:
+            raise self.unsatisfiable("no string of the allowed lengths satisfies the pattern/format", *length_at)
+        if found is _StringOutcome.NEEDS_BLOCKS:
+            if sh.max_len is not None:
+                try:
+                    return self.length_blocks(_string_language(key), sh.min_len, sh.max_len)
+                except _TooLarge:
+                    pass
+            self.refuse(
+                *length_at,
+                "a length bound together with a pattern or format needs too large an automaton",
+                "the length bound ignored",
+            )  # fmt: skip
+            found = _string_automaton(key, 0, None)
+        if found is _StringOutcome.TOO_LARGE:
             self.refuse(at, keyword, "the string constraints need too large an automaton", "any string allowed")
             return self.shared("json_string")
-        length_at = sh.max_len_at if sh.max_len is not None else sh.min_len_at
-        if sh.min_len > 0 or sh.max_len is not None:
-            shortest, longest = d.length_range()
-            if shortest >= sh.min_len and (sh.max_len is None or (longest is not None and longest <= sh.max_len)):
-                pass  # the lengths are redundant
-            else:
-                try:
-                    counted = _counted_dfa(d, sh.min_len, sh.max_len, quoted=True)
-                except _TooLarge:
-                    counted = None
-                if counted is not None:
-                    if counted.is_empty:
-                        raise self.unsatisfiable(
-                            "no string of the allowed lengths satisfies the pattern/format", *length_at
-                        )
-                    if counted.num_states <= MAX_COUNTED_BYTE_STATES:
-                        return Automaton(counted)
-                if sh.max_len is not None:
-                    try:
-                        return self.length_blocks(d, sh.min_len, sh.max_len)
-                    except _TooLarge:
-                        pass
-                self.refuse(
-                    *length_at,
-                    "a length bound together with a pattern or format needs too large an automaton",
-                    "the length bound ignored",
-                )  # fmt: skip
-        key = self.encoded(d, at, keyword)
-        return self.shared("json_string") if key is None else key
+        assert isinstance(found, Automaton)
+        return found
 
     def length_blocks(self, d: _CDFA, lo: int, hi: int) -> Expr:
         """See :meth:`blocks_of`; tries shorter blocks while the block regexes are too large."""
@@ -3384,45 +3472,45 @@ class _Compiler:
         return Seq((Literal('"'), Ref(f"{prefix}m0.0"), Literal('"')))
 
     def search(self, pattern: str, ptr: str) -> _CDFA | None:
-        """Strings in which ``pattern`` matches somewhere (ECMAScript ``pattern`` semantics)."""
-        hit = self._search_cache.get(pattern)
-        if hit is not None:
-            return hit
+        """Strings in which ``pattern`` matches somewhere (ECMAScript ``pattern`` semantics); None, with the
+        pattern refused, when it is not supported."""
         try:
-            d = _CDFA.from_regex(f"(?s:.)*(?:{pattern})(?s:.)*").minimized()
+            return _searched(pattern)
         except (RegexError, _TooLarge) as exc:
             kw = ptr.rsplit("/", 2)[-2] if "/patternProperties/" in ptr else "pattern"
             self.refuse(ptr, kw, f"unsupported regex {pattern!r}: {exc}", "ignored")
             return None
-        self._search_cache[pattern] = d
-        return d
+
+    def string_key(self, sh: _Shape) -> _StringKey:
+        """What ``sh`` says of a string's decoded text, the patterns that cannot be honoured left out (and
+        refused): the key of the languages shared per process."""
+        return _StringKey(
+            tuple(p for p, ptr in sh.patterns if self.search(p, ptr) is not None),
+            tuple(name for name, _ in sh.formats),
+            tuple(sorted(sh.str_excluded)),
+            tuple(p for p, ptr in sh.neg_patterns if self.search(p, ptr) is not None),
+            tuple(name for name, _ in sh.neg_formats),
+        )
 
     def string_cdfa(self, sh: _Shape) -> _CDFA | None:
         """The decoded strings ``sh`` allows, or None when the string constraints are only lengths."""
         if not (sh.patterns or sh.formats or sh.str_excluded or sh.neg_patterns or sh.neg_formats):
             return None
-        d = _CDFA.universal()
-        first = None
-        for pattern, ptr in sh.patterns:
-            c = self.search(pattern, ptr)
-            if c is not None:
-                d = d.intersect(c).minimized()
-                first = first or (ptr, "pattern")
-        for name, ptr in sh.formats:
-            d = d.intersect(_CDFA.from_regex(_FORMATS[name])).minimized()
-            first = first or (ptr, "format")
-        if sh.str_excluded:
-            d = d.minus(_CDFA.literals(sorted(sh.str_excluded))).minimized()
-        for pattern, ptr in sh.neg_patterns:
-            c = self.search(pattern, ptr)
-            if c is not None:
-                d = d.minus(c).minimized()
-        for name, ptr in sh.neg_formats:
-            d = d.minus(_CDFA.from_regex(_FORMATS[name])).minimized()
+        d = _string_language(self.string_key(sh))
+        if d is None:
+            raise _TooLarge("string constraints")
         if d.is_empty():
-            ptr, kw = first or ((sh.neg_patterns or sh.neg_formats or [("", "")])[0][1], "pattern")
-            raise self.unsatisfiable("no string satisfies the pattern/format constraints together", ptr, kw)
+            raise self.unsatisfiable("no string satisfies the pattern/format constraints together", *self.string_at(sh))
         return d
+
+    def string_at(self, sh: _Shape) -> tuple[str, str]:
+        """The pointer and keyword an unsatisfiable string constraint is reported at."""
+        for pattern, ptr in sh.patterns:
+            if self.search(pattern, ptr) is not None:
+                return ptr, "pattern"
+        if sh.formats:
+            return sh.formats[0][1], "format"
+        return (sh.neg_patterns or sh.neg_formats or [("", "")])[0][1], "pattern"
 
     def encoded(self, d: _CDFA, ptr: str, keyword: str) -> Expr | None:
         """The JSON strings (quotes included) whose canonical bodies decode to the language ``d`` (None when
