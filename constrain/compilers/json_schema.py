@@ -3910,9 +3910,6 @@ class _Compiler:
                 continue
             items.append((key, Seq((Literal(json.dumps(key, ensure_ascii=False)), lay.colon, value)), required))
         extra = None if closed else self.additional_member(sh, infos, names, lay, cd)
-        if extra is not None and not isinstance(extra, Ref):
-            self.rules[f"{name}/additional"] = extra  # one rule, however many places it may appear
-            extra = Ref(f"{name}/additional")
         n_req = sum(1 for it in items if it[2])
         max_possible = None if extra is not None else len(items)
         if max_possible is not None and sh.min_props > max_possible:
@@ -3934,6 +3931,9 @@ class _Compiler:
                 "kept; a repeated key counts twice",
             )  # fmt: skip
         if counting:
+            if extra is not None and not isinstance(extra, Ref):
+                self.rules[f"{name}/additional"] = extra  # one rule, however many counts it may appear at
+                extra = Ref(f"{name}/additional")
             result = self.members_counted(items, extra, sh, lay, name)
         else:
             result = None
