@@ -720,6 +720,22 @@ class ByteDFA:
             np.ascontiguousarray(table[:, :256]), accepting, np.ascontiguousarray(table[:, 256:]), self.callees
         )
 
+    def without_words(self, words: list[bytes]) -> ByteDFA:
+        """This minimal, trimmed, call-free DFA's language less the given ``words``, as the minimal DFA numbered
+        as :meth:`reduced` numbers states, built without a minimisation pass (see :func:`_trie_complement`).
+
+        The language must be prefix-free (an accepting state reads nothing, as for a quoted JSON string) and each
+        word in it: ValueError otherwise."""
+        if self.calls.shape[1] or (self.trans[self.accepting] >= 0).any():
+            raise ValueError("without_words needs a call-free DFA whose accepting states read nothing")
+        data = np.frombuffer(b"".join(words), dtype=np.uint8)
+        offsets = np.zeros(len(words) + 1, dtype=np.int64)
+        np.cumsum([len(w) for w in words], out=offsets[1:])
+        trans, accepting, ok = _trie_complement(data, offsets, self.trans, self.accepting)
+        if not ok:
+            raise ValueError("a word to remove is not in the language")
+        return ByteDFA(trans, accepting)
+
     def numbered_breadth_first(self) -> ByteDFA:
         """This call-free DFA with its states numbered as :meth:`reduced` numbers them: for an automaton built
         minimal, with every state reachable, the canonical table without the cost of minimising."""
@@ -1105,6 +1121,138 @@ def _reduce(edges, accepting):
         for c in range(width):
             table[b, c] = row[class_of[c]]
     return table, out_accepting
+
+
+@njit(cache=True)
+def _trie_complement(data, offsets, trans, accepting):
+    """``(table, accepting, ok)`` for :meth:`ByteDFA.without_words`: the words (``data[offsets[i]:offsets[i+1]]``)
+    form a trie that runs beside the DFA, and a byte the trie does not read continues in the DFA.
+
+    The result is minimal as built once equal subtries are merged: two trie nodes are equivalent exactly when
+    the DFA is in the same state there and their children read the same bytes into equivalent nodes; a trie node
+    is never equivalent to a DFA state (it rejects a word below it that the state accepts); a node where a word
+    ends is dead (accepting states read nothing, so it is a leaf); the DFA itself is minimal. Merging goes
+    bottom-up (a child is made after its parent) with a hash table whose hits are compared in full. States are
+    numbered breadth first from the start, as :meth:`ByteDFA.reduced` numbers them. ``ok`` is False when a word
+    is not accepted."""
+    num_dfa = trans.shape[0]
+    size = data.shape[0] + 1
+    first_child = np.full(size, -1, dtype=np.int32)
+    sibling = np.full(size, -1, dtype=np.int32)
+    byte_of = np.zeros(size, dtype=np.int32)
+    state_of = np.zeros(size, dtype=np.int32)
+    count = 1
+    for w in range(offsets.shape[0] - 1):
+        node = 0
+        for j in range(offsets[w], offsets[w + 1]):
+            b = data[j]
+            child = first_child[node]
+            while child >= 0 and byte_of[child] != b:
+                child = sibling[child]
+            if child < 0:
+                t = trans[state_of[node], b]
+                if t < 0:
+                    return np.empty((0, 256), dtype=np.int32), np.empty(0, dtype=np.bool_), False
+                child = count
+                count += 1
+                byte_of[child] = b
+                state_of[child] = t
+                sibling[child] = first_child[node]
+                first_child[node] = child
+            node = child
+        if not accepting[state_of[node]]:
+            return np.empty((0, 256), dtype=np.int32), np.empty(0, dtype=np.bool_), False
+    # Classes of trie nodes, leaves (dead) -1.
+    class_of = np.full(count, -1, dtype=np.int32)
+    rep = np.empty(count, dtype=np.int32)
+    class_hash = np.empty(count, dtype=np.uint64)
+    slots = 1
+    while slots < 2 * count:
+        slots *= 2
+    table = np.full(slots, -1, dtype=np.int32)
+    num_classes = 0
+    for node in range(count - 1, -1, -1):
+        if first_child[node] < 0 and node > 0:
+            continue
+        h = np.uint64(state_of[node]) * np.uint64(0x9E3779B97F4A7C15)
+        degree = 0
+        child = first_child[node]
+        while child >= 0:
+            x = np.uint64(byte_of[child] * 1_000_003 + class_of[child] + 2) * np.uint64(0xBF58476D1CE4E5B9)
+            h += x ^ (x >> np.uint64(31))
+            degree += 1
+            child = sibling[child]
+        slot = np.int64(h & np.uint64(slots - 1))
+        found = -1
+        while table[slot] >= 0:
+            k = table[slot]
+            if class_hash[k] == h and state_of[rep[k]] == state_of[node]:
+                other = rep[k]
+                same = True
+                other_degree = 0
+                c = first_child[other]
+                while c >= 0:
+                    other_degree += 1
+                    c = sibling[c]
+                if other_degree != degree:
+                    same = False
+                child = first_child[node]
+                while same and child >= 0:
+                    c = first_child[other]
+                    while c >= 0 and byte_of[c] != byte_of[child]:
+                        c = sibling[c]
+                    if c < 0 or class_of[c] != class_of[child]:
+                        same = False
+                    child = sibling[child]
+                if same:
+                    found = k
+                    break
+            slot = (slot + 1) & (slots - 1)
+        if found < 0:
+            found = num_classes
+            num_classes += 1
+            rep[found] = node
+            class_hash[found] = h
+            table[slot] = found
+        class_of[node] = found
+    # Breadth first from the root's class over classes (ids 0..num_classes-1) and DFA states (num_classes + q).
+    total = num_classes + num_dfa
+    number = np.full(total, -1, dtype=np.int32)
+    queue = np.empty(total, dtype=np.int32)
+    out = np.full((total, 256), -1, dtype=np.int32)
+    out_accepting = np.zeros(total, dtype=np.bool_)
+    row = np.empty(256, dtype=np.int32)
+    number[class_of[0]] = 0
+    queue[0] = class_of[0]
+    head, tail = 0, 1
+    while head < tail:
+        s = queue[head]
+        if s < num_classes:
+            node = rep[s]
+            q = state_of[node]
+            for b in range(256):
+                t = trans[q, b]
+                row[b] = num_classes + t if t >= 0 else -1
+            child = first_child[node]
+            while child >= 0:
+                row[byte_of[child]] = class_of[child]
+                child = sibling[child]
+        else:
+            q = s - num_classes
+            out_accepting[head] = accepting[q]
+            for b in range(256):
+                t = trans[q, b]
+                row[b] = num_classes + t if t >= 0 else -1
+        for b in range(256):
+            t = row[b]
+            if t >= 0:
+                if number[t] < 0:
+                    number[t] = tail
+                    queue[tail] = t
+                    tail += 1
+                out[head, b] = number[t]
+        head += 1
+    return out[:tail].copy(), out_accepting[:tail].copy(), True
 
 
 @njit(cache=True)

@@ -153,6 +153,53 @@ def test_reduced_is_the_minimal_canonical_dfa(num_states, width, rng):
     assert np.array_equal(again.trans, reduced.trans) and np.array_equal(again.accepting, reduced.accepting)
 
 
+def _minus_words_by_product(dfa: ByteDFA, words: list[bytes]) -> ByteDFA:
+    """The reference for ``without_words``: a trie of the words beside the DFA (leaving the trie continues in
+    the DFA), then minimised by ``reduced``."""
+    children: list[dict[int, int]] = [{}]
+    ends, state_of = [False], [0]
+    for word in words:
+        node = 0
+        for byte in word:
+            if byte not in children[node]:
+                children[node][byte] = len(children)
+                children.append({})
+                ends.append(False)
+                state_of.append(int(dfa.trans[state_of[node], byte]))
+            node = children[node][byte]
+        ends[node] = True
+    n = len(children)
+    outside = np.where(dfa.trans >= 0, dfa.trans + n, -1).astype(np.int32)
+    trans = np.concatenate([outside[state_of], outside])
+    for node, table in enumerate(children):
+        for byte, child in table.items():
+            trans[node, byte] = child
+    accepting = np.concatenate([dfa.accepting[state_of] & ~np.array(ends), dfa.accepting])
+    return ByteDFA(trans, accepting).reduced()
+
+
+@given(st.lists(st.text(st.sampled_from('ab"\\\n\x01é€😀\u2028'), max_size=6), max_size=10))
+@settings(max_examples=300, deadline=None)
+def test_removing_words_from_a_quoted_string_language_builds_the_minimal_dfa(names):
+    """``ByteDFA.without_words`` (the keys of an object other than its properties) merges equal subtries instead
+    of minimising: the table equals the one the product and a minimisation pass give, state for state."""
+    import json
+
+    from constrain.compilers.json_schema import _STRING
+
+    string = regex_to_dfa(_STRING).reduced()
+    words = sorted({json.dumps(name, ensure_ascii=False).encode() for name in names})
+    fast, reference = string.without_words(words), _minus_words_by_product(string, words)
+    assert np.array_equal(fast.trans, reference.trans) and np.array_equal(fast.accepting, reference.accepting)
+
+
+def test_removing_words_needs_a_prefix_free_language_holding_them():
+    with pytest.raises(ValueError, match="not in the language"):
+        regex_to_dfa('"[a-z]*"').reduced().without_words([b'"A"'])
+    with pytest.raises(ValueError, match="accepting states read nothing"):
+        regex_to_dfa("a+").reduced().without_words([b"a"])
+
+
 @pytest.mark.parametrize("pattern", [r"(a|b)*abb", r"[0-9]{3,9}(\.[0-9]+)?", r"(foo|bar|baz){2,4}", r"[^x]*x[^x]{4}"])
 def test_determinising_in_slices_builds_the_dfa_built_in_one_call(pattern, monkeypatch):
     """A subset construction larger than one slice of work is finished in slices, with the time limit looked at

@@ -743,37 +743,16 @@ class _CDFA:
 
 @lru_cache(maxsize=256)
 def _key_except_dfa(names: tuple[str, ...]) -> ByteDFA:
-    """JSON strings (quotes included) other than ``names``, built at the byte level: the trie of the names'
-    canonical encodings runs alongside the automaton of any JSON string, and leaving the trie continues in that
-    automaton. Linear in the names' length; shared per process, since the same objects recur across schemas."""
-    string = terminal_dfa(_STRING)
-    children: list[dict[int, int]] = [{}]
-    ends = [False]
-    state_of = [0]  # the string automaton's state after each trie node's prefix
+    """JSON strings (quotes included) other than ``names``: the automaton of any JSON string less the names'
+    canonical encodings, built minimal in one kernel (:meth:`~constrain.automaton.ByteDFA.without_words`).
+    Linear in the names' length; shared per process, since the same objects recur across schemas."""
+    words = []
     for name in names:
         try:
-            data = json.dumps(name, ensure_ascii=False).encode()
+            words.append(json.dumps(name, ensure_ascii=False).encode())
         except UnicodeEncodeError:  # a lone surrogate: no JSON text spells it, nothing to exclude
             continue
-        node = 0
-        for byte in data:
-            nxt = children[node].get(byte)
-            if nxt is None:
-                nxt = len(children)
-                children[node][byte] = nxt
-                children.append({})
-                ends.append(False)
-                state_of.append(int(string.trans[state_of[node], byte]))
-            node = nxt
-        ends[node] = True
-    n = len(children)
-    outside = np.where(string.trans >= 0, string.trans + n, DEAD).astype(np.int32)
-    trans = np.concatenate([outside[state_of], outside])
-    for node, table in enumerate(children):
-        for byte, child in table.items():
-            trans[node, byte] = child
-    accepting = np.concatenate([string.accepting[state_of] & ~np.array(ends), string.accepting])
-    return ByteDFA(trans, accepting).reduced()
+    return terminal_dfa(_STRING).without_words(words)
 
 
 #: Most states of a pattern/format automaton with a length bound handed to the grammar as one automaton: as many
