@@ -526,6 +526,7 @@ ERRORS = [
     ({"type": "object", "required": ["a"], "additionalProperties": False}, "/additionalProperties", None),
     ({"$ref": "#/$defs/missing"}, "/$ref", "$ref"),
     ({"$ref": "http://example.com/other.json"}, "/$ref", "$ref"),
+    ({"$ref": "#/enum/0", "enum": [{"type": "string"}]}, "/$ref", "$ref"),  # data, not a schema
     ({"type": "strin"}, "/type", "type"),
     ({"properties": {"a": {"minimum": "x"}}}, "/properties/a/minimum", "minimum"),
     ({"type": "object", "properties": {"n": {"$ref": "#"}}, "required": ["n"]}, "", None),

@@ -109,7 +109,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from decimal import Decimal, localcontext
 from enum import Enum
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from itertools import product
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -1756,6 +1756,29 @@ _NAMING_KEYWORDS = {
 #: is the base URI anyway), ids and embedded dialects, as strings ("id" is also a common property name).
 _ANCHOR_KEYWORDS = ("$anchor", "$dynamicAnchor", "$recursiveAnchor")
 _ID_KEYWORDS = ("id", "$id", "$schema")
+#: Keywords whose value is data, not a schema: no reference lands inside one that is not an object.
+_VALUE_KEYWORDS = frozenset(("enum", "const", "default", "examples", "example"))
+
+
+def _names_resources(schema: Any) -> bool:
+    """Whether an object below the root could name a resource or an anchor (an id, a ``$schema``, an anchor):
+    what only a crawl of the document registers."""
+    stack = [(schema, True)]
+    while stack:
+        node, root = stack.pop()
+        if isinstance(node, Mapping):
+            if any(key in node for key in _ANCHOR_KEYWORDS):
+                return True
+            if not root and any(isinstance(node.get(key), str) for key in _ID_KEYWORDS):
+                return True
+            stack.extend(
+                (value, False)
+                for key, value in node.items()
+                if isinstance(value, (Mapping, list)) and (key not in _VALUE_KEYWORDS or isinstance(value, Mapping))
+            )
+        elif isinstance(node, list):
+            stack.extend((value, False) for value in node if isinstance(value, (Mapping, list)))
+    return False
 
 
 def _total_specification(spec: Any, embedded: list[tuple[Mapping, str]]) -> Any:
@@ -1847,9 +1870,7 @@ class _Document:
         self._specs: dict[str, Any] = {}
         self.spec = self.specification(dialects.get(cls.__name__, rj.DRAFT202012).name)
         self.base = self.spec.create_resource(schema).id() or ""
-        self.ptr_of: dict[int, str] = {}
-        self.names_resources = False
-        self._walk(schema, "")
+        self.names_resources = _names_resources(schema)
         self.bases: dict[str, str] = {"": self.base}
         if self.names_resources:
             self.registry = self._crawl(embedded)
@@ -1895,23 +1916,25 @@ class _Document:
             registries.append(referencing.Registry().with_resource(around, spec.create_resource(node)).crawl())
         return registries[-1].combine(*reversed(registries[:-1]))
 
-    def _walk(self, node: Any, ptr: str) -> None:
-        """Record the pointer of every object in the document (values of enum/const/default/examples aside), and
-        whether one below the root could name a resource or an anchor (what only a crawl registers)."""
-        if isinstance(node, Mapping):
-            self.ptr_of.setdefault(id(node), ptr)
-            if not self.names_resources:
-                ids = _ID_KEYWORDS if ptr else ()
-                self.names_resources = any(key in node for key in _ANCHOR_KEYWORDS) or any(
-                    isinstance(node.get(key), str) for key in ids
-                )
-            for key, value in node.items():
-                if key in ("enum", "const", "default", "examples", "example") and not isinstance(value, Mapping):
-                    continue
-                self._walk(value, f"{ptr}/{_escape_token(str(key))}")
-        elif isinstance(node, list):
-            for i, value in enumerate(node):
-                self._walk(value, f"{ptr}/{i}")
+    @cached_property
+    def ptr_of(self) -> dict[int, str]:
+        """The pointer of every object in the document (values of enum/const/default/examples aside), by
+        identity: where a reference that is not a plain pointer into the root lands. Made when first needed."""
+        out: dict[int, str] = {}
+
+        def walk(node: Any, ptr: str) -> None:
+            if isinstance(node, Mapping):
+                out.setdefault(id(node), ptr)
+                for key, value in node.items():
+                    if key in _VALUE_KEYWORDS and not isinstance(value, Mapping):
+                        continue
+                    walk(value, f"{ptr}/{_escape_token(str(key))}")
+            elif isinstance(node, list):
+                for i, value in enumerate(node):
+                    walk(value, f"{ptr}/{i}")
+
+        walk(self.schema, "")
+        return out
 
     # -- nodes -----------------------------------------------------------------------------------------------
 
@@ -1977,6 +2000,16 @@ class _Document:
         where = f"{ptr}/{keyword}"
         if not isinstance(ref, str):
             raise JsonSchemaError("a reference must be a string", where, keyword)
+        if (ref == "#" or ref.startswith("#/")) and not self.names_resources:
+            # Most references: a JSON pointer into the root, the only resource. Read directly (referencing's
+            # lookup costs tens of microseconds); anything unusual is left to it.
+            target = unquote(ref[1:])
+            if _VALUE_KEYWORDS.isdisjoint(target.split("/")):
+                try:
+                    if isinstance(self.node(target), (Mapping, bool)):
+                        return target
+                except (KeyError, IndexError, ValueError, TypeError):
+                    pass
         try:
             resolved = self.resolver_at(ptr).lookup(ref)
         except self.unresolvable as exc:
