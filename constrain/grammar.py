@@ -63,7 +63,7 @@ class _CachedHash:
         return cached
 
     def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k not in ("_hash", "_refs")}  # str hashes differ
+        return {k: v for k, v in self.__dict__.items() if k not in ("_hash", "_refs", "_hoisted")}  # str hashes differ
 
 
 @dataclass(frozen=True, eq=True)
@@ -213,36 +213,41 @@ def _hoist_terminals(grammar: Grammar) -> Grammar:
     """
     rules = dict(grammar.rules)
     hoisted: dict[str, Expr] = {}
-    done: dict[int, Expr] = {}  # by node identity: inlined branches share subtrees, walked once each
-
-    def hoist(expr: Expr) -> Expr:
-        """``expr`` with its terminals replaced by calls; the same object when it has none (its cached hash
-        and the rule DFA cache keep working)."""
-        if isinstance(expr, (Regex, Automaton)):
-            name = f"regex {expr.pattern!r}" if isinstance(expr, Regex) else f"automaton {expr._key.hex()}"
-            hoisted[name] = expr
-            return Ref(name)
-        if not isinstance(expr, (Seq, Alt, Repeat)):
-            return expr
-        out = done.get(id(expr))
-        if out is None:
-            if isinstance(expr, Repeat):
-                item = hoist(expr.item)
-                out = expr if item is expr.item else Repeat(item, expr.min, expr.max)
-            else:
-                items = tuple(hoist(item) for item in expr.items)
-                out = expr if all(a is b for a, b in zip(items, expr.items)) else type(expr)(items)
-            done[id(expr)] = out
-        return out
-
     for name, body in grammar.rules.items():
         if _refs_of(body):  # kept on the body: usually known already
-            rules[name] = hoist(body)
+            rules[name], terminals = _hoisted(body)
+            hoisted.update(terminals)
     if not hoisted:
         return grammar
     for name, body in hoisted.items():
         rules.setdefault(name, body)
     return Grammar(rules, grammar.start)
+
+
+def _hoisted(expr: Expr) -> tuple[Expr, tuple[tuple[str, Expr], ...]]:
+    """``expr`` with its terminals replaced by calls, and those terminals by the rule names the calls use. The
+    same object when it has none (its cached hash and the rule DFA cache keep working); kept on a composite
+    expression, as its calls are (:func:`_refs_of`), since the rules every schema shares are the same objects."""
+    if isinstance(expr, (Regex, Automaton)):
+        name = f"regex {expr.pattern!r}" if isinstance(expr, Regex) else f"automaton {expr._key.hex()}"
+        return Ref(name), ((name, expr),)
+    if not isinstance(expr, (Seq, Alt, Repeat)):
+        return expr, ()
+    cached = expr.__dict__.get("_hoisted")
+    if cached is None:
+        parts = [_hoisted(item) for item in ((expr.item,) if isinstance(expr, Repeat) else expr.items)]
+        terminals: dict[str, Expr] = {}
+        for _, found in parts:
+            terminals.update(found)
+        if not terminals:
+            out: Expr = expr
+        elif isinstance(expr, Repeat):
+            out = Repeat(parts[0][0], expr.min, expr.max)
+        else:
+            out = type(expr)(tuple(part for part, _ in parts))
+        cached = (out, tuple(terminals.items()))
+        object.__setattr__(expr, "_hoisted", cached)
+    return cached
 
 
 #: Rule DFAs by body, shared by every grammar built in this process.

@@ -268,6 +268,42 @@ def test_a_bodys_calls_are_listed_in_order_of_first_appearance_where_subtrees_ar
         assert collect_refs(body, out) == {"zz": 0, **{r: i + 1 for i, r in enumerate(_refs_in_order(body, []))}}
 
 
+def _hoisted_by_walk(expr, found):
+    """The reference for hoisting: terminals replaced by calls of rules named after them, by a plain walk."""
+    if isinstance(expr, Regex):
+        found[f"regex {expr.pattern!r}"] = expr
+        return Ref(f"regex {expr.pattern!r}")
+    if isinstance(expr, Repeat):
+        return Repeat(_hoisted_by_walk(expr.item, found), expr.min, expr.max)
+    if isinstance(expr, (Seq, Alt)):
+        return type(expr)(tuple(_hoisted_by_walk(item, found) for item in expr.items))
+    return expr
+
+
+@given(small_grammars(), st.lists(st.sampled_from(["[0-9]+", "[a-z]", "x|yz"]), min_size=1, max_size=3))
+@settings(max_examples=200, deadline=None)
+def test_hoisting_moves_each_terminal_of_a_calling_rule_into_a_rule_of_its_own(grammar, patterns):
+    """Hoisting (in the rules that call others) keeps its answer on each composite: bodies that share subtrees,
+    hoisted again in another grammar, get what a plain walk gives, and a body without terminals is handed back as
+    the same object."""
+    from constrain.grammar import _hoist_terminals
+
+    terminals = [Regex(p) for p in patterns]
+    bodies = {name: Seq((body, terminals[i % len(terminals)])) for i, (name, body) in enumerate(grammar.rules.items())}
+    bodies["plain"] = Seq((Ref(grammar.start), Literal("!")))
+    for extra in ({}, {"again": Alt(tuple(bodies.values()))}):  # the second pass meets the first's subtrees
+        rules = {**bodies, **extra}
+        hoisted = _hoist_terminals(Grammar(rules, grammar.start)).rules
+        found: dict = {}
+        expected = {
+            name: _hoisted_by_walk(body, found) if _refs_in_order(body, []) else body  # a rule that calls nothing
+            for name, body in rules.items()  # is lexical already
+        }
+        assert {name: hoisted[name] for name in rules} == expected
+        assert {name: hoisted[name] for name in found} == found
+        assert hoisted["plain"] is bodies["plain"]
+
+
 NESTED = Grammar({"n": Alt((Seq((Literal("("), Ref("n"), Literal(")"))), Literal("x")))}, "n")
 
 
