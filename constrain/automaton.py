@@ -300,14 +300,15 @@ class ByteNFA:
         for a, lo, hi, b in edges:
             self._bytes += (src if a < 0 else base + a, lo, hi, dst if b < 0 else base + b)
 
-    def determinize(self, start: int, accept: int) -> ByteDFA:
+    def determinize(self, start: int, accept: int, *, work_per_slice: int | None = None) -> ByteDFA:
         """Subset construction to a trimmed, minimised :class:`ByteDFA`.
 
         ``BEGIN`` markers are followed from the start only; a subset accepts when one of its states reaches
         ``accept`` through epsilons and ``END`` markers. Subsets keep only the states that read something or
         accept, so equivalent subsets meet. One kernel call does it all when one slice of work finishes the
         subset construction (almost every rule); a larger automaton is built again in slices, with the time limit
-        checked in between."""
+        checked in between. ``work_per_slice`` (states visited) defaults to a few milliseconds' worth."""
+        work_per_slice = _WORK_PER_SLICE if work_per_slice is None else work_per_slice
         n = self.size
         begin = end = _NO_PAIRS
         if self._markers:
@@ -319,7 +320,7 @@ class ByteNFA:
         call_flat = np.array(self._calls, dtype=np.int32)
         check_deadline()
         status, finished, trans, accepting, calls, used = _determinize_in_one_slice(
-            byte_flat, eps_flat, call_flat, begin, end, n, start, accept, _WORK_PER_SLICE, MAX_DFA_STATES
+            byte_flat, eps_flat, call_flat, begin, end, n, start, accept, work_per_slice, MAX_DFA_STATES
         )
         if not finished and not status:  # a large automaton: again, in slices with the time limit between them
             nfa = _index_nfa(byte_flat, eps_flat, call_flat, begin, end, n, accept)
@@ -328,7 +329,7 @@ class ByteNFA:
             while not status:
                 check_deadline()
                 work, done, count, status = _subset_construction(
-                    start, *nfa[:-1], work, done, count, _WORK_PER_SLICE, MAX_DFA_STATES
+                    start, *nfa[:-1], work, done, count, work_per_slice, MAX_DFA_STATES
                 )
                 if done == count:
                     break
@@ -337,6 +338,19 @@ class ByteNFA:
         if status:
             raise AutomatonTooLarge(f"the automaton needs more than {MAX_DFA_STATES:,} DFA states")
         return ByteDFA(trans, accepting, calls, tuple(used.tolist()))
+
+
+def compile_kernels() -> None:
+    """Compile now (or load from numba's on-disk cache) the determinisation kernels, those only an automaton
+    larger than one slice of work reaches included. Otherwise the first such automaton on a machine (a long
+    pattern, a large schema) pays their compilation, tens of seconds, in the middle of a compile. The set-up
+    script calls this once per machine; a server may call it at start-up."""
+    nfa = ByteNFA()
+    start, accept = nfa.new_state(), nfa.new_state()
+    nfa.add_literal(start, b"ab", accept)
+    nfa.add_call(start, 0, accept)
+    nfa.determinize(start, accept)
+    nfa.determinize(start, accept, work_per_slice=1)  # the sliced path
 
 
 @njit(cache=True)

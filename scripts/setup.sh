@@ -49,4 +49,7 @@ if ! llama_runs; then
   .venv/bin/python -m pip install -q --force-reinstall --no-deps "llama-cpp-python>=0.3"
   llama_runs || { echo "setup: llama-cpp-python still cannot evaluate a token on this machine" >&2; exit 1; }
 fi
+# Compile numba's determinisation kernels into its on-disk cache now (about a minute): those only a large automaton
+# reaches would otherwise be compiled in the middle of the first such compile.
+.venv/bin/python -c "from constrain.automaton import compile_kernels; compile_kernels()"
 echo "$want" > "$stamp"

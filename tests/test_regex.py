@@ -223,6 +223,24 @@ def test_determinising_in_slices_builds_the_dfa_built_in_one_call(pattern, monke
     assert np.array_equal(in_slices.trans, whole.trans) and np.array_equal(in_slices.accepting, whole.accepting)
 
 
+def test_compile_kernels_readies_the_kernels_only_a_large_automaton_reaches():
+    from constrain import automaton
+
+    automaton.compile_kernels()
+    for kernel in (automaton._index_nfa, automaton._subset_construction, automaton._reduced_subsets):
+        assert kernel.signatures, kernel  # compiled (or loaded from the cache) for a call from Python
+
+
+def test_a_slice_size_given_to_determinize_builds_the_same_dfa():
+    nfa = ByteNFA()
+    start, accept = nfa.new_state(), nfa.new_state()
+    from constrain.compilers.regex import add_regex
+
+    add_regex(nfa, r"(foo|bar|baz){2,4}", start, accept)
+    whole, in_slices = nfa.determinize(start, accept), nfa.determinize(start, accept, work_per_slice=3)
+    assert np.array_equal(in_slices.trans, whole.trans) and np.array_equal(in_slices.accepting, whole.accepting)
+
+
 # -- semantics against re ----------------------------------------------------------------------------------------
 
 CASES = [
