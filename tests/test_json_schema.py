@@ -343,6 +343,27 @@ def test_draft07_spellings_without_a_declared_dialect():
             assert accepts(m, dumps(value)) == draft7(schema).is_valid(value), (schema, value)
 
 
+@pytest.mark.parametrize(
+    "schema,names",
+    [
+        ({"$schema": "x", "$id": "http://x/", "properties": {"id": {"type": "string"}}}, False),  # the root's own
+        ({"properties": {"a": {"$id": "http://x/a"}}}, True),
+        ({"properties": {"a": {"$anchor": "a"}}}, True),
+        ({"$dynamicAnchor": "meta"}, True),
+        ({"$defs": {"b": {"id": "b.json"}}}, True),  # draft-04 spelling
+        ({"description": 'a "id": "x" in the text', "enum": [{"id": "x"}]}, False),  # text and data, not keys
+        ({"properties": {"$schema": {"type": "string"}}}, False),  # a property named $schema
+        ({"$defs": {"d": {"$schema": "http://json-schema.org/draft-07/schema#"}}}, True),  # an embedded dialect
+    ],
+)
+def test_a_document_crawled_for_resources_only_when_an_object_below_the_root_may_name_one(schema, names):
+    """The document's text answers for most schemas; the walk of its objects, for the rest: both must agree."""
+    from constrain.compilers.json_schema import _names_resources
+
+    assert _names_resources(schema) is names
+    assert _names_resources({"$comment": "not plain JSON", "x": {1, 2}, **schema}) is names  # walked
+
+
 def test_draft04_ids_resolve_where_referencing_expects_string_ids():
     """referencing reads a draft-04 ``id`` as the string of a JSON object. A JSON pointer walked through ``items``
     asked for the ``id`` of a ``properties`` object, here a property's schema (the enum, checked by jsonschema

@@ -1760,9 +1760,22 @@ _ID_KEYWORDS = ("id", "$id", "$schema")
 _VALUE_KEYWORDS = frozenset(("enum", "const", "default", "examples", "example"))
 
 
+#: A key that may name a resource (with a string value) or an anchor, as ``json.dumps`` writes it. Inside a string
+#: every quote is escaped, so these occur in a document's text only as keys (or as keys inside data values).
+_NAMING_TEXT = re.compile(r'"(?:\$id|id|\$schema)": "|"\$(?:anchor|dynamicAnchor|recursiveAnchor)": ')
+
+
 def _names_resources(schema: Any) -> bool:
     """Whether an object below the root could name a resource or an anchor (an id, a ``$schema``, an anchor):
-    what only a crawl of the document registers."""
+    what only a crawl of the document registers. The document's text answers at once when it holds no such key
+    but the root's own ids (most schemas); otherwise the objects are walked."""
+    if isinstance(schema, Mapping):
+        try:
+            found = len(_NAMING_TEXT.findall(json.dumps(schema)))
+        except (TypeError, ValueError):  # not plain JSON data: walk it
+            found = -1
+        if found == sum(isinstance(schema.get(key), str) for key in _ID_KEYWORDS):
+            return False
     stack = [(schema, True)]
     while stack:
         node, root = stack.pop()
