@@ -972,11 +972,19 @@ def _build_string_automaton(key: _StringKey, lo: int, hi: int | None) -> Automat
             return _StringOutcome.NEEDS_BLOCKS
         return Automaton(counted)
     try:
-        dfa = d.encode_json().minimized().to_byte_dfa(quoted=True)
+        return _automaton_of(d.encode_json().minimized(), quoted=True)
     except _TooLarge:
         return _StringOutcome.TOO_LARGE
-    if dfa.is_empty or dfa.num_states > MAX_BYTE_STATES:
-        return _StringOutcome.TOO_LARGE
+
+
+def _automaton_of(d: _CDFA, quoted: bool = False, budget: int = MAX_BYTE_STATES) -> Automaton:
+    """The language of ``d`` as a grammar automaton (quoted: a JSON string); raises _TooLarge when empty or past
+    ``budget`` byte states."""
+    dfa = d.to_byte_dfa(quoted)
+    if dfa.is_empty:
+        raise _TooLarge("empty")
+    if dfa.num_states > budget:
+        raise _TooLarge("states")
     return Automaton(dfa)
 
 
@@ -3375,7 +3383,7 @@ class _Compiler:
             if d.n > MAX_AUTOMATON_STATES // 4:
                 raise _TooLarge("states")
             try:
-                return self.automaton_expr(d)
+                return _automaton_of(d)
             except _TooLarge:
                 return self.digit_rules(d)
         except _TooLarge:
@@ -3541,20 +3549,10 @@ class _Compiler:
         """The JSON strings (quotes included) whose canonical bodies decode to the language ``d`` (None when
         refused)."""
         try:
-            return self.automaton_expr(d.encode_json().minimized(), quoted=True)
+            return _automaton_of(d.encode_json().minimized(), quoted=True)
         except _TooLarge:
             self.refuse(ptr, keyword, "the string constraints need too large an automaton", "any string allowed")
             return None
-
-    def automaton_expr(self, d: _CDFA, quoted: bool = False, budget: int = MAX_BYTE_STATES) -> Automaton:
-        """The language of ``d`` as a grammar automaton (quoted: a JSON string); raises _TooLarge when empty or
-        past ``budget`` byte states."""
-        dfa = d.to_byte_dfa(quoted)
-        if dfa.is_empty:
-            raise _TooLarge("empty")
-        if dfa.num_states > budget:
-            raise _TooLarge("states")
-        return Automaton(dfa)
 
     def digit_rules(self, d: _CDFA) -> Ref:
         """The language of ``d`` (a number automaton) as right-linear rules: one rule per state, one call per
