@@ -179,38 +179,80 @@ class Machine:
         ``ranges`` (rows of first node, end node, depth already read) limits the walk to those trie subtrees,
         as if their first ``depth`` bytes had been read; by default, the whole trie. ``closed`` says the
         configurations are already expanded (no call or return before the first byte). With ``record_pops``,
-        returns the trie nodes after which a configuration's bottom frame could return to a caller below it,
-        i.e. where a caller's context decides the rest; otherwise an empty array.
+        returns (as ranges, read-only) the trie subtrees below the nodes after which a configuration's bottom
+        frame could return to a caller below it, i.e. where a caller's context decides the rest; otherwise an
+        empty array.
         """
-        depth_cap = trie.max_depth + 1
-        pool_cap = depth_cap * MAX_CONFIGS * 4 + sum(len(s) for s in configs)
-        pool_state = np.empty(pool_cap, dtype=np.int32)
-        pool_parent = np.empty(pool_cap, dtype=np.int32)
-        top_state, top_parent = [], []
-        used = 0
-        for stack in configs:
-            parent = -1
-            for state in stack[:-1]:
-                pool_state[used] = state
-                pool_parent[used] = parent
-                parent = used
-                used += 1
-            top_state.append(stack[-1])
-            top_parent.append(parent)
-        if ranges is None:
-            ranges = np.array([[0, trie.num_nodes, 0]], dtype=np.int64)
-        pops = np.empty(trie.num_nodes + 1 if record_pops else 0, dtype=np.int32)
-        count = _walk_pushdown(
-            self.trans, self.accepting, self.call_ptr, self.call_start, self.call_return,
-            np.asarray(top_state, dtype=np.int32), np.asarray(top_parent, dtype=np.int32), used, pool_state,
-            pool_parent, MAX_CONFIGS,
-            trie.node_key, trie.node_next, trie.node_token_ptr, trie.token_ids, trie.root_children, depth_cap, ranges,
-            not closed,
-            words, pops,
+        scratch = _walk_scratch(trie)
+        if len(configs) == 1 and len(configs[0]) == 1:  # a lone top frame, as in every first-visit mask
+            scratch.one_state[0] = configs[0][0]
+            top_state, top_parent, used = scratch.one_state, scratch.no_parent, 0
+            pool_state, pool_parent = scratch.base_pool_state, scratch.base_pool_parent
+        else:
+            pool_cap = scratch.base_pool_cap + sum(len(s) for s in configs)
+            if len(scratch.pool_state) < pool_cap:
+                scratch.grow_pool(pool_cap)
+            pool_state, pool_parent = scratch.pool_state[:pool_cap], scratch.pool_parent[:pool_cap]
+            states, parents = [], []
+            used = 0
+            for stack in configs:
+                parent = -1
+                for state in stack[:-1]:
+                    pool_state[used] = state
+                    pool_parent[used] = parent
+                    parent = used
+                    used += 1
+                states.append(stack[-1])
+                parents.append(parent)
+            top_state, top_parent = np.array(states, dtype=np.int32), np.array(parents, dtype=np.int32)
+        fits, found = _walk_pushdown(
+            self.trans, self.accepting, self.call_ptr, self.call_start, self.call_return, top_state, top_parent,
+            used, pool_state, pool_parent, trie.node_key, trie.node_next, trie.node_token_ptr, trie.token_ids,
+            trie.root_children, scratch.whole if ranges is None else ranges, not closed, words,
+            scratch.pops if record_pops else scratch.pops[:0], scratch.work, scratch.levels, scratch.marks,
         )  # fmt: skip
-        if count < 0:
+        if not fits:
             raise AmbiguityError(f"more than {MAX_CONFIGS} parses are open at once inside one token")
-        return pops[:count]
+        if not len(found):
+            return _NO_RANGES
+        found.flags.writeable = False
+        return found
+
+
+class _WalkScratch:
+    """The arrays a pushdown walk works in, kept per thread for one trie: a first-visit mask walks few tokens,
+    and allocating these (a few hundred KB) each time cost more than the walk itself."""
+
+    def __init__(self, trie):
+        self.trie = trie
+        depth_cap = trie.max_depth + 1
+        #: Pool frames a walk may push (the frames below its tops come on top of that).
+        self.base_pool_cap = depth_cap * MAX_CONFIGS * 4
+        self.grow_pool(2 * self.base_pool_cap)
+        self.pops = np.empty(trie.num_nodes + 1, dtype=np.int32)
+        self.work = np.empty((2, MAX_CONFIGS * 4), dtype=np.int32)  # the closure's work list: states, parents
+        self.levels = np.empty((4, depth_cap + 1, MAX_CONFIGS), dtype=np.int32)  # see _walk_pushdown
+        self.marks = np.empty((5, depth_cap + 1), dtype=np.int64)
+        self.whole = np.array([[0, trie.num_nodes, 0]], dtype=np.int64)
+        self.one_state = np.zeros(1, dtype=np.int32)
+        self.no_parent = np.full(1, -1, dtype=np.int32)
+
+    def grow_pool(self, size: int) -> None:
+        self.pool_state = np.empty(size, dtype=np.int32)
+        self.pool_parent = np.empty(size, dtype=np.int32)
+        self.base_pool_state = self.pool_state[: self.base_pool_cap]
+        self.base_pool_parent = self.pool_parent[: self.base_pool_cap]
+
+
+_scratch = threading.local()
+
+
+def _walk_scratch(trie) -> _WalkScratch:
+    """This thread's walk arrays for ``trie``."""
+    scratch = getattr(_scratch, "walk", None)
+    if scratch is None or scratch.trie is not trie:
+        scratch = _scratch.walk = _WalkScratch(trie)
+    return scratch
 
 
 @njit(cache=True, nogil=True)
@@ -690,11 +732,15 @@ class PushdownMasks(MaskCache):
 
     def _local_walk(self, state: int) -> tuple[np.ndarray, np.ndarray]:
         words = np.zeros(self.width, dtype=np.uint32)
-        pops = self.machine.walk(((state,),), self.vocab.trie, words, record_pops=True, closed=True)
+        ranges = self.machine.walk(((state,),), self.vocab.trie, words, record_pops=True, closed=True)
         words.flags.writeable = False
-        return words, _pop_ranges(self.vocab.trie, pops)
+        return words, ranges
 
     def compute(self, configs: Configs) -> np.ndarray:
+        if len(configs) == 1 and self.machine.plain[configs[0][-1]]:
+            # One configuration that can neither call nor return (inside a key, a literal, a number): it is its own
+            # closure and cannot end, and its mask is its walk's read-only words, shared, not copied.
+            return self._stack_words(configs[0], 1).view(np.int32)
         # Expanding first makes every pushed rule a top of its own, so a lexical rule entered right here (a
         # string where a value starts) is served from its shared walk instead of being walked again.
         stacks = self.machine.closure(configs)
@@ -864,12 +910,13 @@ def _copy_level(d, level_state, level_parent, level_n, closed_state, closed_pare
 @njit(cache=True, nogil=True)
 def _walk_pushdown(
     trans, accepting, call_ptr, call_start, call_return, top_state, top_parent, pool_used, pool_state,
-    pool_parent, level_cap, node_key, node_next, node_token_ptr, token_ids, root_children, depth_cap, ranges,
-    expand_base, out, pops,
+    pool_parent, node_key, node_next, node_token_ptr, token_ids, root_children, ranges, expand_base, out, pops,
+    work, levels, marks,
 ):
     """Set in ``out`` the bit of every token whose bytes some configuration can read, over the trie subtrees in
-    ``ranges``. Returns how many pop nodes were written to ``pops`` (when it has room), or -1 when the
-    configurations outgrow ``level_cap``.
+    ``ranges``. Returns (True, the subtrees below the pop nodes, as :meth:`Machine.walk` does) when ``pops`` has
+    room to record them (else none are recorded), or (False, nothing) when the configurations outgrow
+    ``MAX_CONFIGS``.
 
     A configuration is a top state and the pool index of the frame below it. ``level[d]`` holds the
     configurations after ``d`` bytes of the current trie path and ``closed[d]`` their closure, computed once per
@@ -877,17 +924,18 @@ def _walk_pushdown(
     Frames pushed for a level are dropped (the pool top rewound) when the walk moves to another branch. A range
     over the whole trie visits only the first bytes the closed configurations accept (``root_children``).
     """
-    work_state = np.empty(level_cap * 4, dtype=np.int32)
-    work_parent = np.empty(level_cap * 4, dtype=np.int32)
-    level_state = np.empty((depth_cap + 1, level_cap), dtype=np.int32)
-    level_parent = np.empty((depth_cap + 1, level_cap), dtype=np.int32)
-    level_n = np.zeros(depth_cap + 1, dtype=np.int64)
-    closed_state = np.empty((depth_cap + 1, level_cap), dtype=np.int32)
-    closed_parent = np.empty((depth_cap + 1, level_cap), dtype=np.int32)
-    closed_n = np.full(depth_cap + 1, -1, dtype=np.int64)  # -1: not computed for the current path
-    pool_mark = np.zeros(depth_cap + 1, dtype=np.int64)  # pool top when level d was made
-    closed_mark = np.zeros(depth_cap + 1, dtype=np.int64)  # pool top after level d's closure
-    node_at = np.full(depth_cap + 1, -1, dtype=np.int64)  # the trie node of each level on the current path
+    work_state, work_parent = work[0], work[1]
+    level_state, level_parent, closed_state, closed_parent = levels[0], levels[1], levels[2], levels[3]
+    level_n = marks[0]
+    closed_n = marks[1]  # -1: not computed for the current path
+    pool_mark = marks[2]  # pool top when level d was made
+    closed_mark = marks[3]  # pool top after level d's closure
+    node_at = marks[4]  # the trie node of each level on the current path
+    level_n[:] = 0
+    closed_n[:] = -1
+    pool_mark[:] = 0
+    closed_mark[:] = 0
+    node_at[:] = -1
     span_start = np.empty(256, dtype=np.int64)
     span_end = np.empty(256, dtype=np.int64)
     record = pops.shape[0] > 0
@@ -917,7 +965,7 @@ def _walk_pushdown(
                     level_parent, level_n, closed_state, closed_parent, closed_n, pool_mark, closed_mark,
                     work_state, work_parent,
                 ):  # fmt: skip
-                    return -1
+                    return False, np.empty((0, 3), dtype=np.int64)
                 if record and _bottom_returns(0, accepting, closed_state, closed_parent, closed_n):
                     pops[num_pops] = node_at[0]
                     num_pops += 1
@@ -958,7 +1006,7 @@ def _walk_pushdown(
                             level_state, level_parent, level_n, closed_state, closed_parent, closed_n, pool_mark,
                             closed_mark, work_state, work_parent,
                         ):  # fmt: skip
-                            return -1
+                            return False, np.empty((0, 3), dtype=np.int64)
                         if record and _bottom_returns(parent, accepting, closed_state, closed_parent, closed_n):
                             pops[num_pops] = node_at[parent]
                             num_pops += 1
@@ -989,7 +1037,14 @@ def _walk_pushdown(
                     t = token_ids[k]
                     out[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
                 i += 1
-    return num_pops
+    found = np.empty((num_pops, 3), dtype=np.int64)
+    for k in range(num_pops):
+        node = pops[k]
+        if node < 0:  # a return before the first byte: the whole trie
+            found[k, 0], found[k, 1], found[k, 2] = 0, node_key.shape[0], 0
+        else:
+            found[k, 0], found[k, 1], found[k, 2] = node + 1, node_next[node], node_key[node] >> 8
+    return True, found
 
 
 @njit(cache=True, nogil=True)

@@ -331,6 +331,36 @@ def test_nesting_past_the_stack_bound_raises_instead_of_losing_parses(gemma_voca
     assert matcher.num_tokens == limit
 
 
+#: Each "a" either ends an x or opens an x (closed by "b") or a y (closed by "c"): after k bytes, 2^k stacks.
+AMBIGUOUS = Grammar(
+    {
+        "x": Alt((Literal("a"), Seq((Literal("a"), Ref("x"), Literal("b"))), Seq((Literal("a"), Ref("y"), Literal("c"))))),
+        "y": Alt((Literal("e"), Seq((Literal("a"), Ref("x"), Literal("b"))), Seq((Literal("a"), Ref("y"), Literal("c"))))),
+    },
+    "x",
+)  # fmt: skip
+
+
+def test_a_token_that_opens_too_many_parses_raises_instead_of_losing_some():
+    """Inside one token the walk carries every configuration; past MAX_CONFIGS it must raise, not drop parses
+    (dropping would let the mask disagree with reading). Short tokens still get exact masks."""
+    tokens = [b"a" * n for n in (1, 2, 3, 12)] + [b"b", b"c", b"e", b"ab", b"ec", b"bc"]
+    vocab = Vocabulary.from_token_bytes(tokens, eos_ids=[len(tokens)])
+    structure = compile_grammar(AMBIGUOUS, vocab)
+    machine = structure.machine
+    with pytest.raises(pushdown.AmbiguityError, match="inside one token"):
+        structure.masks.get(machine.start)
+    short = Vocabulary.from_token_bytes(tokens[:3] + tokens[4:], eos_ids=[len(tokens) - 1])
+    structure = compile_grammar(AMBIGUOUS, short)
+    machine = structure.machine
+    for prefix in [b"", b"a", b"aa", b"aaae", b"aab"]:
+        configs = machine.read(machine.start, prefix)
+        mask = np.unpackbits(structure.masks.get(configs).view(np.uint8), bitorder="little")[: short.size]
+        want = brute_force(machine, short, configs, range(short.size))
+        want[short.eos_ids] = machine.can_end(configs)
+        assert np.array_equal(mask.astype(bool), want), prefix
+
+
 def synthetic_vocab(alphabet: str, seed: int = 0) -> Vocabulary:
     rng = random.Random(seed)
     pieces = {"".join(rng.choice(alphabet) for _ in range(rng.randint(1, 5))).encode() for _ in range(4000)}
