@@ -184,7 +184,7 @@ class Machine:
         empty array.
         """
         scratch = _walk_scratch(trie)
-        if len(configs) == 1 and len(configs[0]) == 1:  # a lone top frame, as in every first-visit mask
+        if len(configs) == 1 and len(configs[0]) == 1:  # a lone top frame: every local walk of a state
             scratch.one_state[0] = configs[0][0]
             top_state, top_parent, used = scratch.one_state, scratch.no_parent, 0
             pool_state, pool_parent = scratch.base_pool_state, scratch.base_pool_parent
