@@ -11,6 +11,7 @@ into the start state and into acceptance, so the resulting :class:`ByteDFA` has 
 from __future__ import annotations
 
 import contextvars
+import math
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -22,6 +23,7 @@ import numpy as np
 from numba import njit
 from numba.core import event as numba_events
 
+from . import collector
 from .errors import StructureError
 
 MAX_CODE_POINT = 0x10FFFF
@@ -43,14 +45,17 @@ class CompileTimeout(StructureError):
 
 
 class _Deadline:
-    """A time limit in force: when it runs out (a :func:`compile_clock` value), and the wall-clock time before
-    which the CPU clock is not read again. Reading the CPU clock is a system call of about a microsecond, and the
-    limit is looked at hundreds of times in a small compile."""
+    """A time limit in force: when it runs out (a :func:`compile_clock` value, infinite for none), when the block
+    started, whether it paused the garbage collector, and the wall-clock time before which the CPU clock is not
+    read again. Reading the CPU clock is a system call of about a microsecond, and the limit is looked at hundreds
+    of times in a small compile."""
 
-    __slots__ = ("at", "next_look")
+    __slots__ = ("at", "started", "paused", "next_look")
 
-    def __init__(self, at: float):
+    def __init__(self, at: float, started: float):
         self.at = at
+        self.started = started
+        self.paused = False
         self.next_look = 0.0
 
 
@@ -95,12 +100,17 @@ def compile_clock() -> float:
 def deadline(at: float | None) -> Iterator[None]:
     """Within the block, automaton construction raises :class:`CompileTimeout` once :func:`compile_clock`
     passes ``at`` (None: no limit). CPU time, so a loaded machine does not change the outcome; the guard against
-    hostile inputs that no size limit catches."""
-    token = _DEADLINE.set(None if at is None else _Deadline(at))
+    hostile inputs that no size limit catches. A block that runs longer than
+    :data:`~constrain.collector.PAUSE_AFTER` pauses the garbage collector until it ends (see
+    :mod:`constrain.collector`)."""
+    limit = _Deadline(math.inf if at is None else at, compile_clock())
+    token = _DEADLINE.set(limit)
     try:
         yield
     finally:
         _DEADLINE.reset(token)
+        if limit.paused:
+            collector.resume()
 
 
 def check_deadline() -> None:
@@ -111,7 +121,11 @@ def check_deadline() -> None:
     if now < limit.next_look:
         return
     limit.next_look = now + _LOOK_EVERY
-    if compile_clock() > limit.at:
+    clock = compile_clock()
+    if not limit.paused and clock - limit.started > collector.PAUSE_AFTER:
+        collector.pause()
+        limit.paused = True
+    if clock > limit.at:
         raise CompileTimeout("building the automata ran past the time limit")
 
 

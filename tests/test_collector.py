@@ -1,0 +1,95 @@
+"""A long compile pauses the cyclic garbage collector and leaves it as it found it; a short one never pauses."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+
+import pytest
+
+from constrain import collector
+from constrain.automaton import CompileTimeout, check_deadline, compile_clock, deadline
+from constrain.compilers.json_schema import compile_json_schema
+
+
+@pytest.fixture(autouse=True)
+def collector_enabled():
+    was = gc.isenabled()
+    gc.enable()
+    yield
+    gc.enable() if was else gc.disable()
+
+
+def busy(seconds: float) -> None:
+    """Run ``seconds`` of CPU time, looking at the time limit as automaton construction does."""
+    end = compile_clock() + seconds
+    while compile_clock() < end:
+        check_deadline()
+        time.sleep(0)
+
+
+def test_a_compile_longer_than_pause_after_runs_with_the_collector_off_until_it_ends():
+    seen = []
+    with deadline(None):
+        busy(collector.PAUSE_AFTER / 4)
+        seen.append(gc.isenabled())
+        busy(collector.PAUSE_AFTER * 1.5)
+        seen.append(gc.isenabled())
+    assert seen == [True, False]
+    assert gc.isenabled()
+
+
+def test_a_short_real_compile_never_pauses(gemma_vocab, monkeypatch):
+    paused = []
+    monkeypatch.setattr(collector, "pause", lambda: paused.append(True))
+    compile_json_schema({"type": "object", "properties": {"a": {"type": "integer"}}}, gemma_vocab)
+    assert not paused and gc.isenabled()
+
+
+def test_a_compile_refused_for_time_turns_the_collector_back_on():
+    with pytest.raises(CompileTimeout):
+        with deadline(compile_clock() + collector.PAUSE_AFTER * 2):
+            busy(collector.PAUSE_AFTER * 10)
+    assert gc.isenabled()
+
+
+def test_a_process_that_disabled_the_collector_keeps_it_disabled():
+    gc.disable()
+    with deadline(None):
+        busy(collector.PAUSE_AFTER * 1.5)
+    assert not gc.isenabled()
+
+
+def test_concurrent_pauses_end_with_the_last_one():
+    inside, release, states = threading.Event(), threading.Event(), []
+
+    def other_compile():
+        collector.pause()
+        inside.set()
+        release.wait(10)
+        states.append(gc.isenabled())
+        collector.resume()
+
+    collector.pause()
+    worker = threading.Thread(target=other_compile)
+    worker.start()
+    inside.wait(10)
+    collector.resume()  # this thread's pause ends while the other's is still under way
+    states.append(gc.isenabled())
+    release.set()
+    worker.join(10)
+    assert states == [False, False]
+    assert gc.isenabled()
+
+
+def test_a_large_pause_ends_with_its_survivors_in_the_oldest_generation(monkeypatch):
+    """Past LARGE_PAUSE allocations, the end of a pause collects the two younger generations, so the first masks
+    after a large compile do not pay for walking what it built."""
+    monkeypatch.setattr(collector, "LARGE_PAUSE", 1_000)
+    collector.pause()
+    kept = [[i] for i in range(5_000)]  # lists: objects the collector tracks
+    assert gc.get_count()[0] >= 5_000
+    collector.resume()
+    assert gc.get_count()[0] < 1_000
+    assert gc.is_tracked(kept[0])
