@@ -305,12 +305,22 @@ def _pop_ranges(trie, pops: np.ndarray) -> np.ndarray:
     """Read-only rows (first node, end node, depth read) of the trie subtrees below the pop nodes ``pops``."""
     if not len(pops):
         return _NO_RANGES
-    ranges = np.empty((len(pops), 3), dtype=np.int64)
-    ranges[:, 0] = pops + 1
-    ranges[:, 1] = trie.node_next[pops]
-    ranges[:, 2] = trie.node_depth[pops]
+    ranges = _subtrees_below(pops, len(pops), trie.node_key, trie.node_next)
     ranges.flags.writeable = False
     return ranges
+
+
+@njit(cache=True, nogil=True)
+def _subtrees_below(pops, count, node_key, node_next):
+    """Rows (first node, end node, depth read) of the subtrees below ``pops[:count]``; -1 is the root."""
+    found = np.empty((count, 3), dtype=np.int64)
+    for k in range(count):
+        node = pops[k]
+        if node < 0:  # a return before the first byte: the whole trie
+            found[k, 0], found[k, 1], found[k, 2] = 0, node_key.shape[0], 0
+        else:
+            found[k, 0], found[k, 1], found[k, 2] = node + 1, node_next[node], node_key[node] >> 8
+    return found
 
 
 def _entry_bytes(entry: tuple[np.ndarray, np.ndarray]) -> int:
@@ -1037,14 +1047,7 @@ def _walk_pushdown(
                     t = token_ids[k]
                     out[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
                 i += 1
-    found = np.empty((num_pops, 3), dtype=np.int64)
-    for k in range(num_pops):
-        node = pops[k]
-        if node < 0:  # a return before the first byte: the whole trie
-            found[k, 0], found[k, 1], found[k, 2] = 0, node_key.shape[0], 0
-        else:
-            found[k, 0], found[k, 1], found[k, 2] = node + 1, node_next[node], node_key[node] >> 8
-    return True, found
+    return True, _subtrees_below(pops, num_pops, node_key, node_next)
 
 
 @njit(cache=True, nogil=True)
