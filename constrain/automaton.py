@@ -762,7 +762,24 @@ class ByteDFA:
         trans, accepting, ok = _trie_complement(data, offsets, self.trans, self.accepting)
         if not ok:
             raise ValueError("a word to remove is not in the language")
-        return ByteDFA(trans, accepting)
+        out = ByteDFA(trans, accepting)
+        object.__setattr__(out, "_words_removed_from", self)
+        return out
+
+    @property
+    def words_removed_from(self) -> ByteDFA | None:
+        """The DFA this one was made from by :meth:`without_words`, or None."""
+        return self.__dict__.get("_words_removed_from")
+
+    @cached_property
+    def states_before_removal(self) -> np.ndarray | None:
+        """For a DFA made by :meth:`without_words`: per state, the state of :attr:`words_removed_from` that the
+        same text leads to (whose language is this state's plus finitely many words). None for another DFA."""
+        base = self.words_removed_from
+        if base is None:
+            return None
+        pairs, ok = _paired_states(self.trans, base.trans)
+        return pairs if ok else None
 
     def numbered_breadth_first(self) -> ByteDFA:
         """This call-free DFA with its states numbered as :meth:`reduced` numbers them: for an automaton built
@@ -1149,6 +1166,37 @@ def _reduce(edges, accepting):
         for c in range(width):
             table[b, c] = row[class_of[c]]
     return table, out_accepting
+
+
+@njit(cache=True)
+def _paired_states(trans, base_trans):
+    """``(pairs, ok)``: per state of ``trans``, the state of ``base_trans`` the same text leads to from both
+    starts (-1 for a state the start cannot reach); ``ok`` False when a text leads ``trans`` somewhere but the base
+    to the dead state, or the same state to two base states (then the base is not a superset automaton)."""
+    n = trans.shape[0]
+    pairs = np.full(n, -1, dtype=np.int32)
+    queue = np.empty(n, dtype=np.int32)
+    pairs[0] = 0
+    queue[0] = 0
+    head, tail = 0, 1
+    while head < tail:
+        a = queue[head]
+        head += 1
+        b = pairs[a]
+        for byte in range(256):
+            x = trans[a, byte]
+            if x < 0:
+                continue
+            y = base_trans[b, byte]
+            if y < 0:
+                return pairs, False
+            if pairs[x] < 0:
+                pairs[x] = y
+                queue[tail] = x
+                tail += 1
+            elif pairs[x] != y:
+                return pairs, False
+    return pairs, True
 
 
 @njit(cache=True)

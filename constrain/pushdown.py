@@ -24,7 +24,7 @@ from bisect import bisect_right
 import numpy as np
 from numba import njit
 
-from .automaton import mix64
+from .automaton import ByteDFA, mix64
 from .cache import BoundedCache, cache_dir
 from .errors import StructureError
 from .grammar import Grammar, Pushdown, build_pushdown
@@ -732,13 +732,47 @@ class PushdownMasks(MaskCache):
         entry = self._local.get(state)
         if entry is not None:
             return entry
-        rule, _ = self.machine.locate(state)
+        rule, local_state = self.machine.locate(state)
         if self.machine.call_free[rule]:  # a lexical piece: every structure over this vocabulary shares its walks
-            entry = self._lexical.walk(self.machine.trans, self.machine.accepting, self._rule_hashes(rule), state)
+            entry = self._walk_less_words(self.rules[rule], local_state)
+            if entry is None:
+                entry = self._lexical.walk(self.machine.trans, self.machine.accepting, self._rule_hashes(rule), state)
         else:
             entry = self._local_walk(state)
         self._local.put(state, entry, _entry_bytes(entry))
         return entry
+
+    def _walk_less_words(self, dfa: ByteDFA, state: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The walk of ``state`` of a DFA made by :meth:`~constrain.automaton.ByteDFA.without_words` (the keys of an
+        object other than its properties), from the walk of the state it pairs with in the DFA the words were
+        removed from (a plain string's, which every structure shares): the same but for the tokens that end
+        exactly where a removed word does, and for the returns after them. Each new set of names would otherwise
+        have its own walks composed, state by state along the names, which are the slowest masks of open objects.
+        None for another DFA, or where the two differ in another way (they do not, as built)."""
+        pairs = dfa.states_before_removal
+        if pairs is None or pairs[state] < 0:
+            return None
+        base = dfa.words_removed_from
+        depth = self._lexical.depth
+        base_hashes = base.language_hashes(depth)
+        base_words, base_ranges = self._lexical.walk(base.trans, base.accepting, base_hashes, int(pairs[state]))
+        trie = self.vocab.trie
+        nodes = _walk_scratch(trie).pops
+        status, count = _removed_nodes(
+            dfa.trans, dfa.accepting, dfa.language_hashes(depth), state, base.trans, base.accepting, base_hashes,
+            int(pairs[state]), trie.node_key, trie.node_next, trie.root_children, trie.max_depth, nodes,
+        )  # fmt: skip
+        if status:
+            return None
+        if not count:
+            return base_words, base_ranges
+        removed = nodes[:count]
+        words = base_words.copy()
+        _clear_node_tokens(words, removed, trie.node_token_ptr, trie.token_ids)
+        words.flags.writeable = False
+        ranges = base_ranges[~np.isin(base_ranges[:, 0] - 1, removed)] if len(base_ranges) else base_ranges
+        ranges.flags.writeable = False
+        return words, ranges
 
     def _local_walk(self, state: int) -> tuple[np.ndarray, np.ndarray]:
         words = np.zeros(self.width, dtype=np.uint32)
@@ -1048,6 +1082,61 @@ def _walk_pushdown(
                     out[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
                 i += 1
     return True, _subtrees_below(pops, num_pops, node_key, node_next)
+
+
+@njit(cache=True, nogil=True)
+def _removed_nodes(
+    trans, accepting, hashes, state, base_trans, base_accepting, base_hashes, base_state, node_key, node_next,
+    root_children, depth_cap, out,
+):
+    """The trie nodes (into ``out``) where ``state`` of a DFA less some words rejects what ``base_state`` of the
+    DFA they were removed from accepts, reading both side by side down the trie and skipping every subtree where
+    their states have the same bounded language. Returns ``(status, count)``: status 1 when the two differ in
+    another way than by words that end in an accepting base state which reads nothing more (or ``out`` is full)."""
+    stack = np.empty((2, depth_cap + 1), dtype=np.int32)
+    stack[0, 0] = state
+    stack[1, 0] = base_state
+    count = 0
+    for first in range(256):
+        child = root_children[first]
+        if child < 0:
+            continue
+        i = child
+        end = node_next[child]
+        while i < end:
+            key = node_key[i]
+            depth = key >> 8
+            byte = key & 255
+            a = trans[stack[0, depth - 1], byte]
+            b = base_trans[stack[1, depth - 1], byte]
+            if (a < 0 and b < 0) or (a >= 0 and b >= 0 and hashes[a] == base_hashes[b]):
+                i = node_next[i]
+                continue
+            if a < 0:  # a removed word ends here, if the base's state there accepts and reads nothing more
+                if not base_accepting[b] or count == out.shape[0]:
+                    return 1, count
+                for c in range(256):
+                    if base_trans[b, c] >= 0:
+                        return 1, count
+                out[count] = i
+                count += 1
+                i = node_next[i]
+                continue
+            if b < 0 or accepting[a] != base_accepting[b]:
+                return 1, count
+            stack[0, depth] = a
+            stack[1, depth] = b
+            i += 1
+    return 0, count
+
+
+@njit(cache=True, nogil=True)
+def _clear_node_tokens(words, nodes, node_token_ptr, token_ids):
+    """Clear in ``words`` the tokens that end at the trie ``nodes``."""
+    for node in nodes:
+        for k in range(node_token_ptr[node], node_token_ptr[node + 1]):
+            t = token_ids[k]
+            words[t >> 5] &= ~(np.uint32(1) << np.uint32(t & 31))
 
 
 @njit(cache=True, nogil=True)

@@ -13,10 +13,14 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from constrain.automaton import bounded_language_hashes
-from constrain.compilers.json_schema import compile_json_schema
+from constrain.compilers.json_schema import _STRING as STRING_PATTERN
+from constrain.compilers.json_schema import _key_except_dfa, compile_json_schema
 from constrain.compilers.regex import regex_to_dfa
 from constrain.errors import RegexError
-from constrain.grammar import Alt, Grammar, GrammarError, Literal, Ref, Regex, Repeat, Seq, build_pushdown
+from constrain.grammar import (
+    Alt, Grammar, GrammarError, Literal, Ref, Regex, Repeat, Seq, build_pushdown, terminal_dfa,
+)  # fmt: skip
+from constrain.masks import walk_bytes, walk_trie
 from constrain import pushdown
 from constrain.pushdown import DepthError, LexicalMasks, Machine, compile_grammar
 from constrain.vocab import Vocabulary
@@ -500,24 +504,71 @@ MANY_NAMES = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "
               "lima"]  # fmt: skip
 
 
-def test_two_byte_subtrees_are_borrowed_and_masks_equal_whole_walks_on_gemma(gemma_vocab):
-    """With many declared names (more keys allowed), the name-prefix states walk their declared letters' subtrees
-    but borrow the two-byte nodes below them from the plain string's walk; the masks still equal whole walks."""
-    schema = {"type": "object", "properties": {name: {"type": "integer"} for name in MANY_NAMES}}
-    structure = compile_json_schema(schema, gemma_vocab)
-    machine = structure.machine
+def test_two_byte_subtrees_are_borrowed_and_walks_equal_whole_walks_on_gemma(gemma_vocab):
+    """A string automaton whose states differ from a plain string's below a few first bytes (here "any string but
+    these names", walked by the store itself as it walks any call-free automaton) walks those letters' subtrees but
+    borrows the two-byte nodes below them from the plain string's walk; its tokens still equal a whole walk's."""
     store = LexicalMasks.of(gemma_vocab)
-    structure.masks.get(machine.read(machine.start, b'{"q'))  # the plain key string: a deep lender
-    assert store._deep_lenders
+    depth = store.depth
+    plain = terminal_dfa(STRING_PATTERN)
+    store.walk(plain.trans, plain.accepting, plain.language_hashes(depth), int(plain.trans[0, ord('"')]))
+    assert store._deep_lenders  # the plain string's body: a deep lender
+    names = _key_except_dfa(tuple(MANY_NAMES))
+    hashes = names.language_hashes(depth)
+    trie = gemma_vocab.trie
     before = store.deep_borrowed_nodes
-    for prefix in ['{"', '{"a', '{"al', '{"alp', '{"c', '{"ch', '{"k', '{"li', '{"lim', '{"ab', '{"zz":1,"e']:
-        configs = machine.read(machine.start, prefix.encode())
-        assert configs, prefix
-        got = structure.masks.get(configs).view(np.uint32).copy()
-        want = np.zeros_like(got)
-        machine.walk(configs, gemma_vocab.trie, want)
-        assert np.array_equal(got, want), prefix
+    for prefix in [b'"', b'"a', b'"al', b'"alp', b'"c', b'"ch', b'"k', b'"li', b'"lim', b'"ab']:
+        state = walk_bytes(names.trans, 0, np.frombuffer(prefix, dtype=np.uint8), 0, len(prefix))
+        words, _ = store.walk(names.trans, names.accepting, hashes, int(state))
+        want = np.zeros_like(words)
+        walk_trie(
+            np.ascontiguousarray(names.trans).reshape(-1), int(state), trie.node_key, trie.node_next,
+            trie.node_token_ptr, trie.token_ids, trie.root_children, np.empty(trie.max_depth + 1, dtype=np.int32),
+            want,
+        )  # fmt: skip
+        assert np.array_equal(words, want), prefix
     assert store.deep_borrowed_nodes - before > 12 * 10  # most two-byte nodes under each declared first letter
+
+
+@pytest.mark.parametrize(
+    "names", [MANY_NAMES, ["a", "ab", "abc", "b"], ["key"], ["é", "naïve", 'say "hi"', "back\\slash", "tab\t", "日本"]]
+)
+def test_walks_of_keys_other_than_the_properties_equal_the_stores_own_on_gemma(gemma_vocab, names):
+    """The keys of an object other than its properties: each state's walk, made from the plain string's walk less
+    the tokens that end exactly at the end of a property's name (and the returns after them), equals the walk the
+    store composes for that state itself, tokens and returns alike."""
+    structure = compile_json_schema({"type": "object", "properties": {n: {} for n in names}}, gemma_vocab)
+    rule = next(i for i, n in enumerate(structure.pushdown.names) if n.startswith("json_key_except:"))
+    dfa = structure.pushdown.rules[rule]
+    assert dfa.states_before_removal is not None
+    store = LexicalMasks.of(gemma_vocab)
+    hashes = dfa.language_hashes(store.depth)
+    base = dfa.words_removed_from
+    base_hashes = base.language_hashes(store.depth)
+    fewer = 0
+    for state in range(dfa.num_states):
+        if not (dfa.trans[state] >= 0).any():
+            continue  # the closing quote's state: nothing to walk
+        fast = structure.masks._walk_less_words(dfa, state)
+        assert fast is not None, state
+        words, ranges = store.walk(dfa.trans, dfa.accepting, hashes, state)
+        assert np.array_equal(fast[0], words), state
+        assert sorted(map(tuple, fast[1].tolist())) == sorted(map(tuple, ranges.tolist())), state
+        paired = int(dfa.states_before_removal[state])
+        fewer += not np.array_equal(words, store.walk(base.trans, base.accepting, base_hashes, paired)[0])
+    assert fewer  # some state's walk left tokens out: one that ends a name with its closing quote
+
+
+def test_only_automata_less_some_words_pair_with_the_automaton_they_came_from():
+    plain = terminal_dfa(STRING_PATTERN)
+    assert plain.words_removed_from is None and plain.states_before_removal is None
+    names = _key_except_dfa(("ab", "b"))
+    assert names.words_removed_from is plain
+    pairs = names.states_before_removal
+    for text in [b'"', b'"a', b'"ab', b'"ax', b'"b', b'"\\', b'"\\u00']:
+        state = walk_bytes(names.trans, 0, np.frombuffer(text, dtype=np.uint8), 0, len(text))
+        base_state = walk_bytes(plain.trans, 0, np.frombuffer(text, dtype=np.uint8), 0, len(text))
+        assert pairs[state] == base_state, text
 
 
 def test_a_subtree_copied_from_a_deep_lender_drops_the_two_byte_nodes_it_does_not_lend_on_gemma(gemma_vocab):
