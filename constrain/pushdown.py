@@ -734,7 +734,7 @@ class PushdownMasks(MaskCache):
             return entry
         rule, local_state = self.machine.locate(state)
         if self.machine.call_free[rule]:  # a lexical piece: every structure over this vocabulary shares its walks
-            entry = self._walk_less_words(self.rules[rule], local_state)
+            entry = self._walk_without_words(self.rules[rule], local_state)
             if entry is None:
                 entry = self._lexical.walk(self.machine.trans, self.machine.accepting, self._rule_hashes(rule), state)
         else:
@@ -742,7 +742,7 @@ class PushdownMasks(MaskCache):
         self._local.put(state, entry, _entry_bytes(entry))
         return entry
 
-    def _walk_less_words(self, dfa: ByteDFA, state: int) -> tuple[np.ndarray, np.ndarray] | None:
+    def _walk_without_words(self, dfa: ByteDFA, state: int) -> tuple[np.ndarray, np.ndarray] | None:
         """The walk of ``state`` of a DFA made by :meth:`~constrain.automaton.ByteDFA.without_words` (the keys of an
         object other than its properties), from the walk of the state it pairs with in the DFA the words were
         removed from (a plain string's, which every structure shares): the same but for the tokens that end
