@@ -565,6 +565,37 @@ class LexicalMasks:
                     self._admit_deep_lender(key, deep, int(np.count_nonzero(deep.after == hashes[state])))
         return entry
 
+    def walk_without_words(self, dfa: ByteDFA, state: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """(words, pop ranges) of ``state`` of a DFA made by :meth:`~constrain.automaton.ByteDFA.without_words` (the
+        keys of an object other than its properties), from the walk of the state it pairs with in the DFA the words
+        were removed from (a plain string's, which every structure shares): the same but for the tokens that end
+        exactly where a removed word does, and for the returns after them. Each new set of names would otherwise
+        have its walks composed, state by state along the names, which are the slowest masks of open objects.
+        None for another DFA, or where the two differ in another way (they do not, as built)."""
+        pairs = dfa.states_before_removal
+        if pairs is None or pairs[state] < 0:
+            return None
+        base = dfa.words_removed_from
+        base_hashes = base.language_hashes(self.depth)
+        base_words, base_ranges = self.walk(base.trans, base.accepting, base_hashes, int(pairs[state]))
+        trie = self.vocab.trie
+        nodes = self._pops_buffer()
+        status, count = _removed_nodes(
+            dfa.trans, dfa.accepting, dfa.language_hashes(self.depth), state, base.trans, base.accepting, base_hashes,
+            int(pairs[state]), trie.node_key, trie.node_next, trie.root_children, trie.max_depth, nodes,
+        )  # fmt: skip
+        if status:
+            return None
+        if not count:
+            return base_words, base_ranges
+        removed = nodes[:count]
+        words = base_words.copy()
+        _clear_node_tokens(words, removed, trie.node_token_ptr, trie.token_ids)
+        words.flags.writeable = False
+        ranges = base_ranges[~np.isin(base_ranges[:, 0] - 1, removed)] if len(base_ranges) else base_ranges
+        ranges.flags.writeable = False
+        return words, ranges
+
     def _admit_deep_lender(self, key: int, deep: _DeepLender, credit: int) -> None:
         """Keep ``deep`` as a lender, in place of the one with the least credit if there is no room and it has
         less credit than ``deep`` starts with (see MAX_DEEP_LENDERS). Called with the lock held."""
@@ -734,45 +765,13 @@ class PushdownMasks(MaskCache):
             return entry
         rule, local_state = self.machine.locate(state)
         if self.machine.call_free[rule]:  # a lexical piece: every structure over this vocabulary shares its walks
-            entry = self._walk_without_words(self.rules[rule], local_state)
+            entry = self._lexical.walk_without_words(self.rules[rule], local_state)
             if entry is None:
                 entry = self._lexical.walk(self.machine.trans, self.machine.accepting, self._rule_hashes(rule), state)
         else:
             entry = self._local_walk(state)
         self._local.put(state, entry, _entry_bytes(entry))
         return entry
-
-    def _walk_without_words(self, dfa: ByteDFA, state: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """The walk of ``state`` of a DFA made by :meth:`~constrain.automaton.ByteDFA.without_words` (the keys of an
-        object other than its properties), from the walk of the state it pairs with in the DFA the words were
-        removed from (a plain string's, which every structure shares): the same but for the tokens that end
-        exactly where a removed word does, and for the returns after them. Each new set of names would otherwise
-        have its own walks composed, state by state along the names, which are the slowest masks of open objects.
-        None for another DFA, or where the two differ in another way (they do not, as built)."""
-        pairs = dfa.states_before_removal
-        if pairs is None or pairs[state] < 0:
-            return None
-        base = dfa.words_removed_from
-        depth = self._lexical.depth
-        base_hashes = base.language_hashes(depth)
-        base_words, base_ranges = self._lexical.walk(base.trans, base.accepting, base_hashes, int(pairs[state]))
-        trie = self.vocab.trie
-        nodes = _walk_scratch(trie).pops
-        status, count = _removed_nodes(
-            dfa.trans, dfa.accepting, dfa.language_hashes(depth), state, base.trans, base.accepting, base_hashes,
-            int(pairs[state]), trie.node_key, trie.node_next, trie.root_children, trie.max_depth, nodes,
-        )  # fmt: skip
-        if status:
-            return None
-        if not count:
-            return base_words, base_ranges
-        removed = nodes[:count]
-        words = base_words.copy()
-        _clear_node_tokens(words, removed, trie.node_token_ptr, trie.token_ids)
-        words.flags.writeable = False
-        ranges = base_ranges[~np.isin(base_ranges[:, 0] - 1, removed)] if len(base_ranges) else base_ranges
-        ranges.flags.writeable = False
-        return words, ranges
 
     def _local_walk(self, state: int) -> tuple[np.ndarray, np.ndarray]:
         words = np.zeros(self.width, dtype=np.uint32)
@@ -1134,9 +1133,7 @@ def _removed_nodes(
 def _clear_node_tokens(words, nodes, node_token_ptr, token_ids):
     """Clear in ``words`` the tokens that end at the trie ``nodes``."""
     for node in nodes:
-        for k in range(node_token_ptr[node], node_token_ptr[node + 1]):
-            t = token_ids[k]
-            words[t >> 5] &= ~(np.uint32(1) << np.uint32(t & 31))
+        _clear_tokens(words, token_ids, node_token_ptr[node], node_token_ptr[node + 1])
 
 
 @njit(cache=True, nogil=True)

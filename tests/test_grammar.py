@@ -549,7 +549,7 @@ def test_walks_of_keys_other_than_the_properties_equal_the_stores_own_on_gemma(g
     for state in range(dfa.num_states):
         if not (dfa.trans[state] >= 0).any():
             continue  # the closing quote's state: nothing to walk
-        fast = structure.masks._walk_without_words(dfa, state)
+        fast = store.walk_without_words(dfa, state)
         assert fast is not None, state
         words, ranges = store.walk(dfa.trans, dfa.accepting, hashes, state)
         assert np.array_equal(fast[0], words), state
