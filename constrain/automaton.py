@@ -338,17 +338,18 @@ class ByteNFA:
         )
         if not finished and not status:  # a large automaton: again, in slices with the time limit between them
             nfa = _index_nfa(byte_flat, eps_flat, call_flat, begin, end, n, accept)
-            work = _new_work(64, nfa[-1])
+            byte_class, num_classes, num_rules = nfa[-3:]
+            work = _new_work(64, num_classes, num_rules)
             done, count = 0, 0
             while not status:
                 check_deadline()
                 work, done, count, status = _subset_construction(
-                    start, *nfa[:-1], work, done, count, work_per_slice, MAX_DFA_STATES
+                    start, *nfa[:-3], work, done, count, work_per_slice, MAX_DFA_STATES
                 )
                 if done == count:
                     break
             if not status:
-                trans, accepting, calls, used = _reduced_subsets(work[3], work[4], work[5], count)
+                trans, accepting, calls, used = _reduced_subsets(work[3], work[4], work[5], count, byte_class)
         if status:
             raise AutomatonTooLarge(f"the automaton needs more than {MAX_DFA_STATES:,} DFA states")
         return ByteDFA(trans, accepting, calls, tuple(used.tolist()))
@@ -374,7 +375,7 @@ def _determinize_in_one_slice(byte_flat, eps_flat, call_flat, begin, end, n, sta
     for a small rule is most of its cost): ``(status, finished, trans, accepting, calls, used)``, the arrays
     empty when it did not finish."""
     nfa = _index_nfa(byte_flat, eps_flat, call_flat, begin, end, n, accept)
-    work = _new_work(64, nfa[10])
+    work = _new_work(16, nfa[11], nfa[12])
     work, done, count, status = _subset_construction(
         start, nfa[0], nfa[1], nfa[2], nfa[3], nfa[4], nfa[5], nfa[6], nfa[7], nfa[8], nfa[9],
         work, 0, 0, slice_work, max_states,
@@ -382,7 +383,7 @@ def _determinize_in_one_slice(byte_flat, eps_flat, call_flat, begin, end, n, sta
     if status or done != count:
         empty = np.empty((0, 0), dtype=np.int32)
         return status, False, empty, np.empty(0, dtype=np.bool_), empty, np.empty(0, dtype=np.int64)
-    trans, accepting, calls, used = _reduced_subsets(work[3], work[4], work[5], count)
+    trans, accepting, calls, used = _reduced_subsets(work[3], work[4], work[5], count, nfa[10])
     return status, True, trans, accepting, calls, used
 
 
@@ -393,9 +394,29 @@ _NO_PAIRS = np.zeros((0, 2), dtype=np.int32)
 def _index_nfa(byte_flat, eps_flat, call_flat, begin, end, n, accept):
     """An NFA's edge lists (flat ``src, lo, hi, dst`` / ``src, dst`` / ``src, rule, dst``) grouped by source, as
     :func:`_subset_construction` reads them: ``(start, byte, epsilon and call (ptr, rows), final, important,
-    number of rules)``. The start's closure also follows ``begin`` markers; a state is final when epsilons and
-    ``end`` markers reach ``accept``."""
-    byte_ptr, byte_rows = _group_by_source(byte_flat.reshape(-1, 4), n)
+    class of each byte, number of byte classes, number of rules)``. The start's closure also follows ``begin``
+    markers; a state is final when epsilons and ``end`` markers reach ``accept``.
+
+    Byte edges are read over the NFA's byte classes (the bytes no edge tells apart form one class): a rule reads
+    a few dozen classes, so the subset construction and the minimisation work on tables a few dozen columns
+    wide, and only the minimal DFA is written out over 256 bytes."""
+    byte_rows = byte_flat.reshape(-1, 4).copy()
+    is_cut = np.zeros(257, dtype=np.bool_)
+    is_cut[0] = True
+    for e in range(byte_rows.shape[0]):
+        is_cut[byte_rows[e, 1]] = True
+        is_cut[byte_rows[e, 2] + 1] = True
+    byte_class = np.empty(256, dtype=np.int32)
+    num_classes = -1
+    for b in range(256):
+        if is_cut[b]:
+            num_classes += 1
+        byte_class[b] = num_classes
+    num_classes += 1
+    for e in range(byte_rows.shape[0]):
+        byte_rows[e, 1] = byte_class[byte_rows[e, 1]]
+        byte_rows[e, 2] = byte_class[byte_rows[e, 2]]
+    byte_ptr, byte_rows = _group_by_source(byte_rows, n)
     eps_ptr, eps_rows = _group_by_source(eps_flat.reshape(-1, 2), n)
     call_ptr, call_rows = _group_by_source(call_flat.reshape(-1, 3), n)
     start_ptr, start_rows = eps_ptr, eps_rows
@@ -413,17 +434,17 @@ def _index_nfa(byte_flat, eps_flat, call_flat, begin, end, n, accept):
     for k in range(call_rows.shape[0]):
         num_rules = max(num_rules, call_rows[k, 1] + 1)
     return (start_ptr, start_rows, byte_ptr, byte_rows, eps_ptr, eps_rows, call_ptr, call_rows, final, important,
-            num_rules)  # fmt: skip
+            byte_class, num_classes, num_rules)  # fmt: skip
 
 
 @njit(cache=True)
-def _new_work(capacity, num_rules):
+def _new_work(capacity, num_classes, num_rules):
     """The growable arrays of :func:`_subset_construction`, empty."""
     return (
         np.empty(capacity * 4, dtype=np.int32),  # members of the subsets, concatenated
         np.zeros(capacity + 1, dtype=np.int64),  # where each subset's members start
         np.empty(capacity, dtype=np.uint64),  # hash of each subset
-        np.full((capacity, 256), DEAD, dtype=np.int32),  # byte transitions
+        np.full((capacity, num_classes), DEAD, dtype=np.int32),  # transitions by byte class
         np.full((capacity, num_rules), DEAD, dtype=np.int32),  # call transitions
         np.zeros(capacity, dtype=np.bool_),  # accepting
         np.full(capacity * 2, DEAD, dtype=np.int32),  # open-addressing table of subset ids
@@ -431,9 +452,10 @@ def _new_work(capacity, num_rules):
 
 
 @njit(cache=True)
-def _reduced_subsets(trans, calls, accepting, count):
-    """The minimal DFA (:func:`_reduce`) of the first ``count`` subsets, with only the call columns some subset
-    uses: ``(byte table, accepting, table of those call columns, the rules of those columns)``."""
+def _reduced_subsets(trans, calls, accepting, count, byte_class):
+    """The minimal DFA (:func:`_reduce`) of the first ``count`` subsets, their transitions by byte class written
+    out over the 256 bytes, with only the call columns some subset uses: ``(byte table, accepting, table of
+    those call columns, the rules of those columns)``."""
     num_rules = calls.shape[1]
     used = np.zeros(num_rules, dtype=np.bool_)
     for s in range(count):
@@ -441,15 +463,22 @@ def _reduced_subsets(trans, calls, accepting, count):
             if calls[s, r] >= 0:
                 used[r] = True
     columns = np.flatnonzero(used)
-    edges = np.empty((count, 256 + columns.shape[0]), dtype=np.int32)
+    num_classes = trans.shape[1]
+    edges = np.empty((count, num_classes + columns.shape[0]), dtype=np.int32)
     for s in range(count):
-        for b in range(256):
-            edges[s, b] = trans[s, b]
+        for c in range(num_classes):
+            edges[s, c] = trans[s, c]
         for c in range(columns.shape[0]):
-            edges[s, 256 + c] = calls[s, columns[c]]
+            edges[s, num_classes + c] = calls[s, columns[c]]
     table, out_accepting = _reduce(edges, accepting[:count])
-    return (np.ascontiguousarray(table[:, :256]), out_accepting, np.ascontiguousarray(table[:, 256:]),
-            columns)  # fmt: skip
+    out_trans = np.empty((table.shape[0], 256), dtype=np.int32)
+    out_calls = np.empty((table.shape[0], columns.shape[0]), dtype=np.int32)
+    for s in range(table.shape[0]):
+        for b in range(256):
+            out_trans[s, b] = table[s, byte_class[b]]
+        for c in range(columns.shape[0]):
+            out_calls[s, c] = table[s, num_classes + c]
+    return out_trans, out_accepting, out_calls, columns
 
 
 #: Work (states visited) the kernel does between two looks at the time limit: a few milliseconds.
@@ -540,7 +569,7 @@ def _intern(out, k, work, count, max_states):
         return -2, work, count
     if count == trans.shape[0]:
         capacity = 2 * count
-        grown = np.full((capacity, 256), -1, dtype=np.int32)
+        grown = np.full((capacity, trans.shape[1]), -1, dtype=np.int32)
         grown[:count] = trans
         trans = grown
         grown_calls = np.full((capacity, calls.shape[1]), -1, dtype=np.int32)
@@ -606,8 +635,9 @@ def _subset_construction(
     dst = np.empty(byte_rows.shape[0], dtype=np.int32)
     call_rule = np.empty(call_rows.shape[0], dtype=np.int32)
     call_dst = np.empty(call_rows.shape[0], dtype=np.int32)
-    is_cut = np.zeros(257, dtype=np.bool_)
-    cuts = np.empty(257, dtype=np.int32)
+    width = work[3].shape[1]  # byte classes
+    is_cut = np.zeros(width + 1, dtype=np.bool_)
+    cuts = np.empty(width + 1, dtype=np.int32)
     generation = 0
     if count == 0:
         seeds[0] = start
@@ -638,12 +668,12 @@ def _subset_construction(
                 num_calls += 1
         work[5][i] = is_final
         visited += last - first + num_edges + num_calls
-        # Byte ranges: between two consecutive cut points every edge either covers the whole range or none of it.
+        # Class ranges: between two consecutive cut points every edge either covers the whole range or none of it.
         for e in range(num_edges):
             is_cut[lo[e]] = True
             is_cut[hi[e] + 1] = True
         num_cuts = 0
-        for b in range(257):
+        for b in range(width + 1):
             if is_cut[b]:
                 cuts[num_cuts] = b
                 num_cuts += 1
