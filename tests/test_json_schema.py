@@ -596,6 +596,23 @@ def test_unsatisfiable_messages_say_why():
     assert accepts(m, '{"n":{"n":{}}}') and not accepts(m, '{"x":2}')
 
 
+def test_a_cycle_of_references_through_any_of_means_the_union_of_its_other_branches():
+    # each branch of the cycle is the other's alternative; the open object beside them calls the shared rules
+    schema = {
+        "$defs": {
+            "a": {"anyOf": [{"$ref": "#/$defs/b"}, {"type": "integer"}]},
+            "b": {"anyOf": [{"$ref": "#/$defs/a"}, {"type": "object"}]},
+        },
+        "$ref": "#/$defs/a",
+    }
+    grammar, _ = schema_to_grammar(schema)
+    m = Machine.from_pushdown(build_pushdown(grammar))
+    for text in ("1", "-20", "{}", '{"x":[1,"y"]}'):
+        assert accepts(m, text), text
+    for text in ('"s"', "true", "[]", "1.5"):
+        assert not accepts(m, text), text
+
+
 def test_lenient_mode_relaxes_and_lists_each_relaxation():
     schema = {
         "type": "object",

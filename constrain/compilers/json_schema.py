@@ -2350,6 +2350,9 @@ class _Compiler:
         self.ap_default = additional_properties_default
         self.max_ws = max_whitespace
         self.rules: dict[str, Expr] = {}
+        #: The rules every schema shares (lexical pieces, any JSON value): productive, free of alias cycles and
+        #: calling only each other, so the clean-up takes them as they are.
+        self.library: set[str] = set()
         self.memo: dict[Any, Any] = {}
         self.unsat: dict[Any, _Unsatisfiable] = {}
         self.notes: list[str] = []
@@ -2381,6 +2384,7 @@ class _Compiler:
     def shared(self, name: str) -> Ref:
         if name not in self.rules:
             self.rules[name] = _shared_body(name, self.max_ws)
+            self.library.add(name)
         return Ref(name)
 
     def layout(self, depth: int | None) -> _Layout:
@@ -2391,7 +2395,9 @@ class _Compiler:
     def any_value(self, depth: int | None) -> Ref:
         name = "json_value" + ("" if depth is None else f"@{depth}")
         if name not in self.rules:
-            self.rules.update(_any_value_rules(self.whitespace, self.max_ws, depth))
+            rules = _any_value_rules(self.whitespace, self.max_ws, depth)
+            self.rules.update(rules)
+            self.library.update(rules)
         return Ref(name)
 
     # -- parts -----------------------------------------------------------------------------------------------
@@ -4269,7 +4275,7 @@ class _Compiler:
         depth = 0 if self.whitespace == "indent" else None
         root = self.conj((_Part(""),), depth)
         self.rules["root"] = root
-        return Grammar(_finalize(self.rules, "root"), "root")
+        return Grammar(_finalize(self.rules, "root", self.library), "root")
 
 
 def _num_text(v: Decimal) -> str:
@@ -4381,18 +4387,24 @@ def _reachable(rules: dict[str, Expr], start: str, refs: Mapping[str, set[str]])
     return {name: rules[name] for name in rules if name in keep}
 
 
-def _finalize(rules: dict[str, Expr], start: str) -> dict[str, Expr]:
+def _finalize(rules: dict[str, Expr], start: str, library: set[str]) -> dict[str, Expr]:
+    """The grammar's rules less those that cannot complete or that ``start`` never reaches, with alias cycles
+    resolved. The ``library`` rules (see :attr:`_Compiler.library`) are productive and free of alias cycles, so
+    only the schema's own rules are analysed."""
     refs = {name: set(collect_refs(body, {})) for name, body in rules.items()}
     rules = _reachable(rules, start, refs)  # first: branches inline their options' bodies, often leaving those unused
-    callers: dict[str, list[str]] = defaultdict(list)
-    for name in rules:
-        for r in refs[name]:
-            callers[r].append(name)
     # A rule whose calls are all productive is: calls are counted down, so most rules are settled without a walk.
     # The others (recursions, calls of unproductive or undefined rules) are walked, and walked again only when a
     # rule they call turns out productive.
-    ok: set[str] = set()
-    waiting = {name: len(refs[name]) for name in rules}
+    ok = {name for name in rules if name in library}
+    own = [name for name in rules if name not in ok]
+    callers: dict[str, list[str]] = defaultdict(list)
+    waiting: dict[str, int] = {}
+    for name in own:
+        pending = [r for r in refs[name] if r not in ok]
+        waiting[name] = len(pending)
+        for r in pending:
+            callers[r].append(name)
     work: list[str] = []
 
     def settle(name: str) -> None:
@@ -4409,10 +4421,10 @@ def _finalize(rules: dict[str, Expr], start: str) -> dict[str, Expr]:
                 else:
                     work.append(caller)
 
-    for name in rules:
+    for name in own:
         if not waiting[name] and name not in ok:
             settle(name)
-    work.extend(name for name in rules if name not in ok)
+    work.extend(name for name in own if name not in ok)
     while work:
         name = work.pop()
         if name not in ok and _productive(rules[name], ok):
@@ -4432,7 +4444,9 @@ def _finalize(rules: dict[str, Expr], start: str) -> dict[str, Expr]:
     rules = pruned
     # Alias cycles (A = B | x, B = A | y): each rule of the cycle means the union of their other options.
     alias_edges = {
-        name: {o.rule for o in _options(body) if isinstance(o, Ref) and o.rule in rules} for name, body in rules.items()
+        name: {o.rule for o in _options(body) if isinstance(o, Ref) and o.rule in rules and o.rule not in library}
+        for name, body in rules.items()
+        if name not in library
     }
     for comp in _sccs(_cyclic_part(alias_edges)):
         if len(comp) == 1 and next(iter(comp)) not in alias_edges[next(iter(comp))]:
