@@ -464,13 +464,27 @@ def _reduced_subsets(trans, calls, accepting, count, byte_class):
                 used[r] = True
     columns = np.flatnonzero(used)
     num_classes = trans.shape[1]
-    edges = np.empty((count, num_classes + columns.shape[0]), dtype=np.int32)
+    m = 0
     for s in range(count):
         for c in range(num_classes):
-            edges[s, c] = trans[s, c]
+            if trans[s, c] >= 0:
+                m += 1
         for c in range(columns.shape[0]):
-            edges[s, num_classes + c] = calls[s, columns[c]]
-    table, out_accepting = _reduce(edges, accepting[:count])
+            if calls[s, columns[c]] >= 0:
+                m += 1
+    tail = np.empty(m, dtype=np.int32)
+    label = np.empty(m, dtype=np.int32)
+    head = np.empty(m, dtype=np.int32)
+    e = 0
+    for s in range(count):  # by tail, then label: classes, then the call columns
+        for c in range(num_classes + columns.shape[0]):
+            t = trans[s, c] if c < num_classes else calls[s, columns[c - num_classes]]
+            if t >= 0:
+                tail[e] = s
+                label[e] = c
+                head[e] = t
+                e += 1
+    table, out_accepting = _reduce_edges(count, num_classes + columns.shape[0], tail, label, head, accepting[:count])
     out_trans = np.empty((table.shape[0], 256), dtype=np.int32)
     out_calls = np.empty((table.shape[0], columns.shape[0]), dtype=np.int32)
     for s in range(table.shape[0]):
@@ -966,44 +980,6 @@ def _reaches_acceptance(trans, calls, accepting, usable_calls, byte_edges):
 
 
 @njit(cache=True)
-def _coreachable(trans, accepting):
-    """Which states can reach an accepting state (reverse breadth-first search)."""
-    n, width = trans.shape
-    counts = np.zeros(n + 1, dtype=np.int64)
-    for s in range(n):
-        for b in range(width):
-            t = trans[s, b]
-            if t >= 0:
-                counts[t + 1] += 1
-    ptr = np.cumsum(counts)
-    fill = ptr[:-1].copy()
-    preds = np.empty(ptr[-1], dtype=np.int32)
-    for s in range(n):
-        for b in range(width):
-            t = trans[s, b]
-            if t >= 0:
-                preds[fill[t]] = s
-                fill[t] += 1
-    alive = accepting.copy()
-    queue = np.empty(n, dtype=np.int32)
-    head, tail = 0, 0
-    for s in range(n):
-        if alive[s]:
-            queue[tail] = s
-            tail += 1
-    while head < tail:
-        t = queue[head]
-        head += 1
-        for k in range(ptr[t], ptr[t + 1]):
-            s = preds[k]
-            if not alive[s]:
-                alive[s] = True
-                queue[tail] = s
-                tail += 1
-    return alive
-
-
-@njit(cache=True)
 def _partition(n):
     """A refinable partition of ``n`` elements, as :func:`_mark` and :func:`_split` use it: ``(elements in set
     order, each element's place, each element's set, each set's first place, its end, its marked count, the
@@ -1066,26 +1042,51 @@ def partial_dfa_blocks(table, accepting):
     algorithm of Valmari and Lehtinen (2008), which refines blocks of states and "cords" of edges in turn. It
     runs in O(m log n) for m edges, so a rule whose states read a byte or two each costs little however many
     byte classes and calls its table has (Hopcroft's algorithm over a completed table costs O(k n log n))."""
+    tail, label, head = _table_edges(table)
+    return _edge_blocks(table.shape[0], table.shape[1], tail, label, head, accepting)
+
+
+@njit(cache=True)
+def _table_edges(table):
+    """The edges of a partial table as ``(tail, label, head)`` arrays, by tail and then label."""
     n, k = table.shape
-    # Edges grouped by label: the initial cords.
-    label_count = np.zeros(k + 1, dtype=np.int64)
     m = 0
     for s in range(n):
         for c in range(k):
             if table[s, c] >= 0:
-                label_count[c + 1] += 1
                 m += 1
     tail = np.empty(m, dtype=np.int32)
+    label = np.empty(m, dtype=np.int32)
     head = np.empty(m, dtype=np.int32)
-    fill = np.cumsum(label_count)[:k].copy()
+    e = 0
     for s in range(n):
         for c in range(k):
             t = table[s, c]
             if t >= 0:
-                e = fill[c]
                 tail[e] = s
+                label[e] = c
                 head[e] = t
-                fill[c] += 1
+                e += 1
+    return tail, label, head
+
+
+@njit(cache=True)
+def _edge_blocks(n, k, edge_tail, edge_label, edge_head, accepting):
+    """:func:`partial_dfa_blocks` of the DFA with ``n`` states and labels ``0..k-1`` given by its edges: a DFA
+    whose states read a label or two each is refined without a pass over a table of every state and label."""
+    # Edges grouped by label: the initial cords.
+    m = edge_tail.shape[0]
+    label_count = np.zeros(k + 1, dtype=np.int64)
+    for e in range(m):
+        label_count[edge_label[e] + 1] += 1
+    tail = np.empty(m, dtype=np.int32)
+    head = np.empty(m, dtype=np.int32)
+    fill = np.cumsum(label_count)[:k].copy()
+    for e in range(m):
+        at = fill[edge_label[e]]
+        tail[at] = edge_tail[e]
+        head[at] = edge_head[e]
+        fill[edge_label[e]] += 1
     # Incoming edges of each state.
     in_ptr = np.zeros(n + 1, dtype=np.int64)
     for e in range(m):
@@ -1151,50 +1152,110 @@ def _reduce(edges, accepting):
     for s in range(n):
         for c in range(k):
             columns[s, c] = edges[s, reps[c]]
-    alive = _coreachable(columns, accepting)
+    tail, label, head = _table_edges(columns)
+    reduced, out_accepting = _reduce_edges(n, k, tail, label, head, accepting)
+    table = np.empty((reduced.shape[0], width), dtype=np.int32)
+    for s in range(reduced.shape[0]):
+        for c in range(width):
+            table[s, c] = reduced[s, class_of[c]]
+    return table, out_accepting
+
+
+@njit(cache=True)
+def _reduce_edges(n, k, tail, label, head, accepting):
+    """``(table (states, k), accepting)`` of the minimal trimmed DFA of the one with ``n`` states given by its
+    edges over labels ``0..k-1``, listed by tail and then label. States are numbered breadth first from the
+    start, labels in order, as :meth:`ByteDFA.reduced` promises; only the result is written as a table."""
+    m = tail.shape[0]
+    # Trim: the states that can reach acceptance (a reverse breadth-first search over the edges).
+    in_ptr = np.zeros(n + 1, dtype=np.int64)
+    for e in range(m):
+        in_ptr[head[e] + 1] += 1
+    for s in range(n):
+        in_ptr[s + 1] += in_ptr[s]
+    preds = np.empty(m, dtype=np.int32)
+    fill = in_ptr[:n].copy()
+    for e in range(m):
+        preds[fill[head[e]]] = tail[e]
+        fill[head[e]] += 1
+    alive = accepting.copy()
+    queue = np.empty(n, dtype=np.int32)
+    front, back = 0, 0
+    for s in range(n):
+        if alive[s]:
+            queue[back] = s
+            back += 1
+    while front < back:
+        t = queue[front]
+        front += 1
+        for j in range(in_ptr[t], in_ptr[t + 1]):
+            s = preds[j]
+            if not alive[s]:
+                alive[s] = True
+                queue[back] = s
+                back += 1
     if not alive[0]:
-        return np.full((1, width), -1, dtype=np.int32), np.zeros(1, dtype=np.bool_)
+        return np.full((1, k), -1, dtype=np.int32), np.zeros(1, dtype=np.bool_)
     remap = np.full(n, -1, dtype=np.int32)
     kept = 0
     for s in range(n):
         if alive[s]:
             remap[s] = kept
             kept += 1
-    trimmed = np.empty((kept, k), dtype=np.int32)
-    trimmed_accepting = np.empty(kept, dtype=np.bool_)
+    kept_accepting = np.empty(kept, dtype=np.bool_)
     for s in range(n):
-        r = remap[s]
-        if r >= 0:
-            trimmed_accepting[r] = accepting[s]
-            for c in range(k):
-                t = columns[s, c]
-                trimmed[r, c] = remap[t] if t >= 0 else -1
-    block_of = partial_dfa_blocks(trimmed, trimmed_accepting)
+        if remap[s] >= 0:
+            kept_accepting[remap[s]] = accepting[s]
+    num_kept = 0
+    for e in range(m):
+        if alive[tail[e]] and alive[head[e]]:
+            num_kept += 1
+    k_tail = np.empty(num_kept, dtype=np.int32)
+    k_label = np.empty(num_kept, dtype=np.int32)
+    k_head = np.empty(num_kept, dtype=np.int32)
+    out_ptr = np.zeros(kept + 1, dtype=np.int64)
+    j = 0
+    for e in range(m):
+        if alive[tail[e]] and alive[head[e]]:
+            k_tail[j] = remap[tail[e]]
+            k_label[j] = label[e]
+            k_head[j] = remap[head[e]]
+            out_ptr[k_tail[j] + 1] += 1
+            j += 1
+    for s in range(kept):
+        out_ptr[s + 1] += out_ptr[s]
+    block_of = _edge_blocks(kept, k, k_tail, k_label, k_head, kept_accepting)
     num_blocks = 0
     for s in range(kept):
         num_blocks = max(num_blocks, block_of[s] + 1)
-    # Classes are numbered by first column, so this is byte order. Blocks the start cannot reach get -1 and are
-    # dropped (a product automaton has such states).
-    order = _bfs_order(trimmed, block_of, num_blocks)
-    reached = 0
-    for b in range(num_blocks):
-        if order[b] >= 0:
-            reached += 1
-    table = np.empty((reached, width), dtype=np.int32)
-    out_accepting = np.zeros(reached, dtype=np.bool_)
-    done = np.zeros(reached, dtype=np.bool_)
-    row = np.empty(k, dtype=np.int32)
+    # Breadth first from the start's block, each block read through its first state, labels in order. Blocks the
+    # start cannot reach get -1 and are dropped (a product automaton has such states).
+    first_state = np.full(num_blocks, -1, dtype=np.int32)
     for s in range(kept):
-        b = order[block_of[s]]
-        if b < 0 or done[b]:
+        if first_state[block_of[s]] < 0:
+            first_state[block_of[s]] = s
+    order = np.full(num_blocks, -1, dtype=np.int32)
+    order[block_of[0]] = 0
+    queue[0] = block_of[0]
+    front, back = 0, 1
+    while front < back:
+        s = first_state[queue[front]]
+        front += 1
+        for e in range(out_ptr[s], out_ptr[s + 1]):
+            b = block_of[k_head[e]]
+            if order[b] < 0:
+                order[b] = back
+                queue[back] = b
+                back += 1
+    table = np.full((back, k), -1, dtype=np.int32)
+    out_accepting = np.zeros(back, dtype=np.bool_)
+    for b in range(num_blocks):
+        if order[b] < 0:
             continue
-        done[b] = True
-        out_accepting[b] = trimmed_accepting[s]
-        for c in range(k):
-            t = trimmed[s, c]
-            row[c] = order[block_of[t]] if t >= 0 else -1
-        for c in range(width):
-            table[b, c] = row[class_of[c]]
+        s = first_state[b]
+        out_accepting[order[b]] = kept_accepting[s]
+        for e in range(out_ptr[s], out_ptr[s + 1]):
+            table[order[b], k_label[e]] = order[block_of[k_head[e]]]
     return table, out_accepting
 
 
