@@ -554,7 +554,16 @@ def _close(seeds, num_seeds, ptr, rows, important, stamp, generation, stack, out
                 stamp[t] = generation
                 stack[top] = t
                 top += 1
-    out[:k].sort()
+    if k > 16:
+        out[:k].sort()
+        return k
+    for i in range(1, k):  # most closures are a few states: sorted in place, without a call of the sort
+        v = out[i]
+        j = i - 1
+        while j >= 0 and out[j] > v:
+            out[j + 1] = out[j]
+            j -= 1
+        out[j + 1] = v
     return k
 
 
