@@ -1080,6 +1080,23 @@ def _table_edges(table):
 
 
 @njit(cache=True)
+def _incoming_edges(n, head):
+    """The edges into each of ``n`` states, by a counting sort of ``head``: ``(ptr, edge ids)``, the edges into
+    state ``s`` being ``ids[ptr[s]:ptr[s + 1]]``."""
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    for e in range(head.shape[0]):
+        ptr[head[e] + 1] += 1
+    for s in range(n):
+        ptr[s + 1] += ptr[s]
+    ids = np.empty(head.shape[0], dtype=np.int32)
+    fill = ptr[:n].copy()
+    for e in range(head.shape[0]):
+        ids[fill[head[e]]] = e
+        fill[head[e]] += 1
+    return ptr, ids
+
+
+@njit(cache=True)
 def _edge_blocks(n, k, edge_tail, edge_label, edge_head, accepting):
     """:func:`partial_dfa_blocks` of the DFA with ``n`` states and labels ``0..k-1`` given by its edges: a DFA
     whose states read a label or two each is refined without a pass over a table of every state and label."""
@@ -1096,17 +1113,7 @@ def _edge_blocks(n, k, edge_tail, edge_label, edge_head, accepting):
         tail[at] = edge_tail[e]
         head[at] = edge_head[e]
         fill[edge_label[e]] += 1
-    # Incoming edges of each state.
-    in_ptr = np.zeros(n + 1, dtype=np.int64)
-    for e in range(m):
-        in_ptr[head[e] + 1] += 1
-    for s in range(n):
-        in_ptr[s + 1] += in_ptr[s]
-    incoming = np.empty(m, dtype=np.int32)
-    in_fill = in_ptr[:n].copy()
-    for e in range(m):
-        incoming[in_fill[head[e]]] = e
-        in_fill[head[e]] += 1
+    in_ptr, incoming = _incoming_edges(n, head)
     # Blocks of states: one, then accepting states split off.
     b_elements, b_location, b_set, b_first, b_past, b_mid, b_touched = _partition(n)
     b_past[0] = n
@@ -1177,16 +1184,7 @@ def _reduce_edges(n, k, tail, label, head, accepting):
     start, labels in order, as :meth:`ByteDFA.reduced` promises; only the result is written as a table."""
     m = tail.shape[0]
     # Trim: the states that can reach acceptance (a reverse breadth-first search over the edges).
-    in_ptr = np.zeros(n + 1, dtype=np.int64)
-    for e in range(m):
-        in_ptr[head[e] + 1] += 1
-    for s in range(n):
-        in_ptr[s + 1] += in_ptr[s]
-    preds = np.empty(m, dtype=np.int32)
-    fill = in_ptr[:n].copy()
-    for e in range(m):
-        preds[fill[head[e]]] = tail[e]
-        fill[head[e]] += 1
+    in_ptr, incoming = _incoming_edges(n, head)
     alive = accepting.copy()
     queue = np.empty(n, dtype=np.int32)
     front, back = 0, 0
@@ -1198,7 +1196,7 @@ def _reduce_edges(n, k, tail, label, head, accepting):
         t = queue[front]
         front += 1
         for j in range(in_ptr[t], in_ptr[t + 1]):
-            s = preds[j]
+            s = tail[incoming[j]]
             if not alive[s]:
                 alive[s] = True
                 queue[back] = s
