@@ -240,14 +240,16 @@ def _hoisted(expr: Expr) -> tuple[Expr, tuple[tuple[str, Expr], ...]]:
         for _, found in parts:
             terminals.update(found)
         if not terminals:
-            out: Expr = expr
+            cached = _NOTHING_HOISTED  # not (expr, ()): a node that refers to itself lives until a collection
         elif isinstance(expr, Repeat):
-            out = Repeat(parts[0][0], expr.min, expr.max)
+            cached = (Repeat(parts[0][0], expr.min, expr.max), tuple(terminals.items()))
         else:
-            out = type(expr)(tuple(part for part, _ in parts))
-        cached = (out, tuple(terminals.items()))
+            cached = (type(expr)(tuple(part for part, _ in parts)), tuple(terminals.items()))
         object.__setattr__(expr, "_hoisted", cached)
-    return cached
+    return (expr, ()) if cached is _NOTHING_HOISTED else cached
+
+
+_NOTHING_HOISTED = (None, ())
 
 
 #: Rule DFAs by body, shared by every grammar built in this process.
@@ -478,19 +480,19 @@ def _check_left_recursion(pushdown: Pushdown) -> None:
                     stack.append(t)
         first_calls.append(calls)
     state = [0] * len(rules)  # 0 unvisited, 1 on the path, 2 done
-
-    def visit(i: int, path: list[int]) -> None:
-        state[i] = 1
-        for j in first_calls[i]:
-            if state[j] == 1:
-                cycle = path[path.index(j) :] + [j]
-                raise GrammarError(
-                    "left recursion: " + " -> ".join(pushdown.names[k] for k in cycle) + " reads no byte first"
-                )
-            if state[j] == 0:
-                visit(j, path + [j])
-        state[i] = 2
-
     for i in range(len(rules)):
         if state[i] == 0:
-            visit(i, [i])
+            _visit_first_calls(i, [i], first_calls, state, pushdown.names)
+
+
+def _visit_first_calls(i: int, path: list[int], first_calls: list[set[int]], state: list[int], names) -> None:
+    """Depth-first search of the rules callable before a byte is read, from rule ``i`` (reached along ``path``);
+    raises on a cycle."""
+    state[i] = 1
+    for j in first_calls[i]:
+        if state[j] == 1:
+            cycle = path[path.index(j) :] + [j]
+            raise GrammarError("left recursion: " + " -> ".join(names[k] for k in cycle) + " reads no byte first")
+        if state[j] == 0:
+            _visit_first_calls(j, path + [j], first_calls, state, names)
+    state[i] = 2

@@ -4,7 +4,9 @@ suite, random schemas (hypothesis) and a few end-to-end runs on the Gemma vocabu
 from __future__ import annotations
 
 import collections
+import gc
 import glob
+import inspect
 import itertools
 import json
 import os
@@ -611,6 +613,42 @@ def test_a_cycle_of_references_through_any_of_means_the_union_of_its_other_branc
         assert accepts(m, text), text
     for text in ('"s"', "true", "[]", "1.5"):
         assert not accepts(m, text), text
+
+
+def test_a_compile_leaves_no_reference_cycles_behind():
+    """What a compile drops is freed by reference counting. A kept exception (its traceback holds the compiler's
+    frames), a recursive closure or a node that refers to itself would leave the whole compile's garbage to the
+    cyclic collector: more young collections, and full ones that walk it again and again."""
+    schemas = [
+        {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(40)}},  # tail rules
+        {"anyOf": [{"type": "string", "minLength": 3, "maxLength": 1}, {"type": "integer"}]},  # a branch refused
+        {"type": "object", "properties": {"a": {"const": 1}, "b": {"type": "string", "maxLength": 0}},
+         "required": ["a", "b"], "additionalProperties": {"type": "string", "minLength": 2, "maxLength": 1}},
+        {"type": "object", "properties": {"a": {"enum": [1, "x", {"k": [True, 2.5]}]}}, "required": ["a"]},
+        {"type": "array", "items": {"type": "string", "pattern": "^(é|ü)+$", "minLength": 2}},  # code points
+        {"$defs": {"n": {"anyOf": [{"type": "null"}, {"type": "object", "properties": {"next": {"$ref": "#/$defs/n"}}}]}},
+         "$ref": "#/$defs/n"},
+    ]
+    for schema in schemas:  # first-use imports and process caches out of the way
+        build_pushdown(schema_to_grammar(schema)[0])
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for schema in schemas:
+            build_pushdown(schema_to_grammar(schema)[0])
+        gc.collect()
+        ours = [
+            o for o in gc.garbage
+            if type(o).__module__.startswith("constrain")
+            or (inspect.isframe(o) and "constrain" in o.f_code.co_filename)
+            or (inspect.isfunction(o) and (o.__module__ or "").startswith("constrain"))
+        ]  # fmt: skip
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert not ours, collections.Counter(type(o).__name__ for o in ours)
 
 
 def test_lenient_mode_relaxes_and_lists_each_relaxation():

@@ -174,6 +174,13 @@ class _Unsatisfiable(JsonSchemaError):
     """No JSON value satisfies the (sub)schema."""
 
 
+def _verdict(exc: _Unsatisfiable) -> _Unsatisfiable:
+    """A copy of ``exc`` that was never raised: what the compiler keeps of a verdict, and what it raises again.
+    A raised exception holds the frames it went through, and a frame that keeps it (the compiler's memo, a local
+    list of failures) closes a reference cycle around the whole compile that only the cyclic collector frees."""
+    return _Unsatisfiable(exc.reason, exc.pointer, exc.keyword)
+
+
 class _OutOfTime(Exception):
     """The schema's time limit ran out (at the JSON pointer given); no handler relaxes this."""
 
@@ -248,17 +255,17 @@ def _canonical_value(value: Any) -> Any:
 
 def _json_key(value: Any) -> str:
     """A key equal for JSON-equal values (numbers by value, object keys unordered, true != 1)."""
+    return json.dumps(_json_normal(value), sort_keys=True, ensure_ascii=False)
 
-    def norm(v):
-        if isinstance(v, bool) or v is None or isinstance(v, str):
-            return v
-        if isinstance(v, (int, float)):
-            return ["#num", str(_to_decimal(v).normalize())]
-        if isinstance(v, Mapping):
-            return {k: norm(x) for k, x in v.items()}
-        return [norm(x) for x in v]
 
-    return json.dumps(norm(value), sort_keys=True, ensure_ascii=False)
+def _json_normal(v: Any) -> Any:
+    if isinstance(v, bool) or v is None or isinstance(v, str):
+        return v
+    if isinstance(v, (int, float)):
+        return ["#num", str(_to_decimal(v).normalize())]
+    if isinstance(v, Mapping):
+        return {k: _json_normal(x) for k, x in v.items()}
+    return [_json_normal(x) for x in v]
 
 
 def _to_decimal(v: Any) -> Decimal:
@@ -1016,26 +1023,6 @@ def _runs(row: np.ndarray, first: int) -> list[tuple[int, int, int]]:
 def _cdfa_from_bytes(trans: np.ndarray, accepting: np.ndarray) -> _CDFA:
     """Collapse a byte DFA that reads valid UTF-8 into a DFA over code points."""
     memo: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
-
-    def tails(state: int, k: int) -> list[tuple[int, int, int]]:
-        key = (state, k)
-        if key in memo:
-            return memo[key]
-        out: list[tuple[int, int, int]] = []
-        size = 64 ** (k - 1)
-        for a, b, t in _runs(trans[state, 0x80:0xC0], 0):
-            if k == 1:
-                out.append((a, b, t))
-                continue
-            sub = tails(t, k - 1)
-            if len(sub) == 1 and sub[0][0] == 0 and sub[0][1] == size - 1:
-                out.append((a * size, (b + 1) * size - 1, sub[0][2]))
-            else:
-                for c in range(a, b + 1):
-                    out.extend((c * size + x, c * size + y, u) for x, y, u in sub)
-        memo[key] = _merge_edges(out)
-        return memo[key]
-
     index = {0: 0}
     order = [0]
     edges: list[list[tuple[int, int, int]]] = []
@@ -1049,7 +1036,7 @@ def _cdfa_from_bytes(trans: np.ndarray, accepting: np.ndarray) -> _CDFA:
                 continue
             k = 1 if lead < 0xE0 else 2 if lead < 0xF0 else 3
             base = (lead & (0x1F, 0x0F, 0x07)[k - 1]) << (6 * k)
-            out.extend((base + a, base + b, t) for a, b, t in tails(t1, k))
+            out.extend((base + a, base + b, t) for a, b, t in _continuations(trans, t1, k, memo))
         merged = []
         for lo, hi, t in _merge_edges(out):
             j = index.get(t)
@@ -1060,6 +1047,30 @@ def _cdfa_from_bytes(trans: np.ndarray, accepting: np.ndarray) -> _CDFA:
         edges.append(merged)
         i += 1
     return _CDFA(edges, [bool(accepting[s]) for s in order])
+
+
+def _continuations(
+    trans: np.ndarray, state: int, k: int, memo: dict[tuple[int, int], list[tuple[int, int, int]]]
+) -> list[tuple[int, int, int]]:
+    """The code-point edges ``(lo, hi, target)`` of the ``k`` continuation bytes read from ``state``, the value
+    their bits make (memoised in ``memo`` per state and count)."""
+    key = (state, k)
+    if key in memo:
+        return memo[key]
+    out: list[tuple[int, int, int]] = []
+    size = 64 ** (k - 1)
+    for a, b, t in _runs(trans[state, 0x80:0xC0], 0):
+        if k == 1:
+            out.append((a, b, t))
+            continue
+        sub = _continuations(trans, t, k - 1, memo)
+        if len(sub) == 1 and sub[0][0] == 0 and sub[0][1] == size - 1:
+            out.append((a * size, (b + 1) * size - 1, sub[0][2]))
+        else:
+            for c in range(a, b + 1):
+                out.extend((c * size + x, c * size + y, u) for x, y, u in sub)
+    memo[key] = _merge_edges(out)
+    return memo[key]
 
 
 def _merge_edges(edges: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
@@ -2536,7 +2547,7 @@ class _Compiler:
         key = (frozenset(parts), depth)
         hit = self.memo.get(key)
         if hit is _UNSAT:
-            raise self.unsat[key]
+            raise _verdict(self.unsat[key])
         if hit is not None:
             return Ref(hit)
         _check_time(parts[0].ptr)
@@ -2547,7 +2558,7 @@ class _Compiler:
             body = self.body(parts, depth, name)
         except _Unsatisfiable as exc:
             self.memo[key] = _UNSAT
-            self.unsat[key] = exc
+            self.unsat[key] = _verdict(exc)
             raise
         self.rules[name] = body
         return Ref(name)
@@ -2779,13 +2790,13 @@ class _Compiler:
             try:
                 ref = self.conj(base + tuple(extra), depth)
             except _Unsatisfiable as exc:
-                failure = failure or exc
+                failure = failure or _verdict(exc)
                 continue
             if ref not in options:
                 options.append(ref)
         if not options:
             if failure is not None and len(alternatives) == 1:
-                raise failure
+                raise _verdict(failure)
             raise self.unsatisfiable(
                 f"no branch of {kw!r} can be satisfied together with the rest of the schema", at, kw
             )
@@ -3281,7 +3292,7 @@ class _Compiler:
             try:
                 expr = make()
             except _Unsatisfiable as exc:
-                failures.append(exc)
+                failures.append(_verdict(exc))
                 return
             if expr is not None:
                 options.append(expr)
@@ -3303,7 +3314,7 @@ class _Compiler:
             attempt(lambda: self.object_expr(sh, depth, name))
         if not options:
             if failures:
-                raise failures[0]
+                raise _verdict(failures[0])
             message, ptr, keyword = sh.emptied or ("no JSON value satisfies the schema", "", None)
             raise self.unsatisfiable(message, ptr, keyword)
         return options[0] if len(options) == 1 else Alt(tuple(options))
@@ -3920,7 +3931,7 @@ class _Compiler:
                     try:
                         value = self.conj([_Part(v) for v in vparts], cd)
                     except _Unsatisfiable as exc:
-                        value, cause = None, exc
+                        value, cause = None, _verdict(exc)
             else:
                 cause = "it is excluded"
             required = key in sh.required
@@ -4181,36 +4192,40 @@ class _Compiler:
     def members_plain(self, items, extra, lay: _Layout, name: str) -> tuple[Expr | None, bool]:
         n = len(items)
         tail_extra = Repeat(Seq((lay.comma, extra))) if extra is not None else None
-        block = 16
         # Each member after a comma, optional unless required: built once, shared by every option's tail.
         following = [Seq((lay.comma, member)) for _, member, _ in items]
         following = [item if required else Repeat(item, 0, 1) for item, (_, _, required) in zip(following, items)]
-
-        def emitted(i: int) -> Expr:
-            seq: list[Expr] = []
-            j = i
-            while j < n:
-                if j > i and j % block == 0 and n - j > block:
-                    rule = f"{name}/tail{j}"
-                    if rule not in self.rules:
-                        self.rules[rule] = Seq(())
-                        self.rules[rule] = emitted(j)
-                    seq.append(Ref(rule))
-                    break
-                seq.append(following[j])
-                j += 1
-            else:
-                if tail_extra is not None:
-                    seq.append(tail_extra)
-            return Seq(tuple(seq))
-
         first_required = next((i for i, it in enumerate(items) if it[2]), None)
         last = first_required if first_required is not None else n - 1
-        options: list[Expr] = [Seq((items[j][1], emitted(j + 1))) for j in range(last + 1)]
+        options: list[Expr] = [
+            Seq((items[j][1], self.members_after(following, tail_extra, name, j + 1))) for j in range(last + 1)
+        ]
         if first_required is None and extra is not None:
             options.append(Seq((extra, tail_extra)))
         nonempty = None if not options else options[0] if len(options) == 1 else Alt(tuple(options))
         return nonempty, first_required is None
+
+    def members_after(self, following: list[Expr], tail_extra: Expr | None, name: str, i: int) -> Expr:
+        """The members ``following[i:]`` in order, then the extra members: every 16 members the rest is a rule of
+        its own (``name/tail16``...), shared by the options before it, so an object's DFA stays linear in its
+        number of properties."""
+        n, block = len(following), 16
+        seq: list[Expr] = []
+        j = i
+        while j < n:
+            if j > i and j % block == 0 and n - j > block:
+                rule = f"{name}/tail{j}"
+                if rule not in self.rules:
+                    self.rules[rule] = Seq(())
+                    self.rules[rule] = self.members_after(following, tail_extra, name, j)
+                seq.append(Ref(rule))
+                break
+            seq.append(following[j])
+            j += 1
+        else:
+            if tail_extra is not None:
+                seq.append(tail_extra)
+        return Seq(tuple(seq))
 
     def members_counted(self, items, extra, sh: _Shape, lay: _Layout, name: str) -> tuple[Expr | None, bool] | None:
         n = len(items)
