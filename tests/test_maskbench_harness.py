@@ -197,6 +197,7 @@ def test_summary_markdown_and_label_disagreements():
     text = mb.markdown([s], {"z": "missing"}, None, ["# head"], ["- note"])
     assert "| x 1 | 2 | 1 (50%) | 1 (0 / 0 / 1 / 0) | 0 (0%) |" in text
     assert "not available: missing" in text and text.endswith("- note")
+    assert "| 50 / 100 | – |" in text  # records without a per-schema peak (older runs): shown as "–"
     # records without the declared-order pass (written before it existed): no second count, shown as "–"
     assert s["validation_errors_declared_order"] is None and "| 0 / 1 | – | 1 / 1 |" in text
     declared = [dict(ok, declared="ok", tests=[{"outcome": "rejected", "declared_order": {"outcome": "accepted"}},
@@ -252,6 +253,23 @@ def test_worker_declared_order_pass_after_the_timed_record(tmp_path):
         assert r["status"] == "ok" and r["declared"] == "ok" and w.starts == 1
     finally:
         w.stop()
+
+
+def test_worker_reports_what_each_schema_adds_to_the_resident_peak(tmp_path):
+    w = mb.Worker("debug", {}, tmp_path, max_rss_mb=2000)
+    try:
+        grown = w.run({"type": "job", "schema": {"x-debug": "grow", "mb": 200, "seconds": 0}, "tests": []}, 30)
+        after = w.run({"type": "job", "schema": {}, "tests": []}, timeout=30)
+    finally:
+        w.stop()
+    assert grown["status"] == after["status"] == "ok"
+    assert 190 <= grown["schema_peak_mb"] < 260
+    # the 200 MiB it keeps are in the next schema's starting point: the mark was reset, so that one adds ~nothing
+    assert after["schema_peak_mb"] < 20 and after["rss_mb"] > 190
+    assert w.peak_mb >= grown["hwm_mb"] > 190  # the run-wide peak survives the resets
+    s = mb.summarise("debug", [grown, after], [[], []], [], w)
+    assert s["schema_peak_mb"]["max"] == grown["schema_peak_mb"] and s["schemas_over_1gib"] == 0
+    assert "(0 over 1 GiB) |" in mb.markdown([s], {}, None, [], [])
 
 
 # -- end to end ------------------------------------------------------------------------------------------------------
