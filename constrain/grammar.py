@@ -301,13 +301,26 @@ def _refs_of(expr: Expr) -> tuple[str, ...]:
         return ()
     refs = expr.__dict__.get("_refs")
     if refs is None:
-        items = (expr.item,) if isinstance(expr, Repeat) else expr.items
+        # One left-to-right walk of the expression's DAG, each node once: an object's optional members each go on
+        # with the shared rest, and a tuple of calls kept per node would grow with that rest (quadratic).
         found: dict[str, None] = {}
-        for item in items:
-            if isinstance(item, Ref):
-                found[item.rule] = None
-            elif isinstance(item, (Seq, Alt, Repeat)):
-                found.update(dict.fromkeys(_refs_of(item)))
+        seen: set[int] = set()
+        work: list[Expr] = [expr]
+        while work:
+            node = work.pop()
+            if isinstance(node, Ref):
+                found[node.rule] = None
+                continue
+            if id(node) in seen or not isinstance(node, (Seq, Alt, Repeat)):
+                continue
+            seen.add(id(node))
+            known = node.__dict__.get("_refs")
+            if known is not None:
+                found.update(dict.fromkeys(known))
+            elif isinstance(node, Repeat):
+                work.append(node.item)
+            else:
+                work.extend(reversed(node.items))
         refs = tuple(found)
         object.__setattr__(expr, "_refs", refs)
     return refs
