@@ -1683,6 +1683,8 @@ _ARRAY_KEYWORDS = frozenset(
 _OBJECT_KEYWORDS = frozenset(
     {"properties", "patternProperties", "additionalProperties", "propertyNames", "unevaluatedProperties"}
 )
+#: The values of ``type`` whose subschemas need no structure of their own.
+_SCALAR_TYPES = frozenset({"null", "boolean", "integer", "number", "string"})
 _BRANCHING = ("anyOf", "oneOf", "not", "if", "dependentRequired", "dependentSchemas", "dependencies")
 _NEGATABLE = frozenset(
     {
@@ -2375,6 +2377,7 @@ class _Compiler:
         self._disjoint_cache: dict[tuple, bool] = {}
         self._finite_cache: dict[str, tuple] = {}
         self._disjoint_checking: set[tuple] = set()
+        self._plain: dict[tuple[tuple[str, ...], int | None], Ref] = {}
 
     # -- policy ----------------------------------------------------------------------------------------------
 
@@ -2544,6 +2547,9 @@ class _Compiler:
         parts = self.normalise(parts)
         if not parts:
             return self.any_value(depth)
+        types = self.plain_types(parts)
+        if types is not None:
+            return self.plain_rule(types, parts, depth)
         key = (frozenset(parts), depth)
         hit = self.memo.get(key)
         if hit is _UNSAT:
@@ -2562,6 +2568,33 @@ class _Compiler:
             raise
         self.rules[name] = body
         return Ref(name)
+
+    def plain_types(self, parts: tuple[_Part, ...]) -> tuple[str, ...] | None:
+        """The type names of a conjunction that is one subschema saying nothing but a ``type`` of scalars (a third
+        of the subschemas of real schemas: ``{"type": "string", "description": ...}``), sorted; otherwise None."""
+        if len(parts) != 1 or parts[0].neg is not None or self.live_keys(parts[0]) != ["type"]:
+            return None
+        names = self.node(parts[0].ptr)["type"]
+        names = [names] if isinstance(names, str) else names
+        if not isinstance(names, list) or not all(isinstance(n, str) and n in _SCALAR_TYPES for n in names):
+            return None
+        return tuple(sorted(set(names)))
+
+    def plain_rule(self, types: tuple[str, ...], parts: tuple[_Part, ...], depth: int | None) -> Ref:
+        """What every subschema of :meth:`plain_types` ``types`` compiles to: its body is the same wherever it
+        stands, so it is built once per schema, and where it is one call of a shared rule (a string, a number)
+        that call takes the place of a rule of its own."""
+        ref = self._plain.get((types, depth))
+        if ref is None:
+            name = "type:" + "|".join(types) + ("" if depth is None else f"@{depth}")
+            body = self.body(parts, depth, name)
+            if isinstance(body, Ref):
+                ref = body
+            else:
+                self.rules[name] = body
+                ref = Ref(name)
+            self._plain[(types, depth)] = ref
+        return ref
 
     def body(self, parts: tuple[_Part, ...], depth: int | None, name: str) -> Expr:
         finite = self.finite_values(parts, depth)
