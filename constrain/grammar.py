@@ -332,20 +332,14 @@ def _build(nfa: ByteNFA, expr: Expr, src: int, dst: int, index: Mapping[str, int
     ``suffixes`` maps (the remaining items of a sequence, its target state) to the state where they were built:
     a sequence ending in items already built toward the same target joins them instead of copying them. This
     keeps "any ordered subset of these members" (a JSON object's optional properties, each option continuing
-    with the rest) linear in size, and so its subset construction."""
-    if isinstance(expr, Literal):
-        data = expr.value.encode() if isinstance(expr.value, str) else bytes(expr.value)
-        if not data:
-            nfa.add_epsilon(src, dst)
-            return
-        nfa.add_literal(src, data, dst)
-    elif isinstance(expr, Regex):
-        nfa.add_dfa(terminal_dfa(expr.pattern), src, dst)
-    elif isinstance(expr, Automaton):
-        nfa.add_dfa(expr.dfa, src, dst)
-    elif isinstance(expr, Ref):
-        nfa.add_call(src, index[expr.rule], dst)
-    elif isinstance(expr, Seq):
+    with the rest) linear in size, and so its subset construction.
+
+    Literals and calls, most of a rule's leaves, are added where their sequence or alternative meets them rather
+    than through a call of this function each: a compile spends more time here than in the subset construction."""
+    kind = type(expr)
+    if kind is Literal or kind is Ref:
+        _add_leaf(nfa, expr, src, dst, index)
+    elif kind is Seq:
         items = expr.items
         if not items:
             nfa.add_epsilon(src, dst)
@@ -365,14 +359,21 @@ def _build(nfa: ByteNFA, expr: Expr, src: int, dst: int, index: Mapping[str, int
                 nxt = nfa.new_state()
                 if len(items) >= 3:
                     suffixes[(items[i + 1 :], dst)] = nxt
-            _build(nfa, items[i], state, nxt, index, suffixes)
+            item = items[i]
+            if type(item) is Literal or type(item) is Ref:
+                _add_leaf(nfa, item, state, nxt, index)
+            else:
+                _build(nfa, item, state, nxt, index, suffixes)
             state = nxt
-    elif isinstance(expr, Alt):
+    elif kind is Alt:
         if not expr.items:
             raise GrammarError("has an alternative with no options")
         for item in expr.items:
-            _build(nfa, item, src, dst, index, suffixes)
-    elif isinstance(expr, Repeat):
+            if type(item) is Literal or type(item) is Ref:
+                _add_leaf(nfa, item, src, dst, index)
+            else:
+                _build(nfa, item, src, dst, index, suffixes)
+    elif kind is Repeat:
         if expr.min < 0 or (expr.max is not None and expr.max < expr.min):
             raise GrammarError(f"repeats between {expr.min} and {expr.max} times")
         state = src
@@ -394,8 +395,25 @@ def _build(nfa: ByteNFA, expr: Expr, src: int, dst: int, index: Mapping[str, int
             _build(nfa, expr.item, state, nxt, index, suffixes)
             state = nxt
         nfa.add_epsilon(state, dst)
+    elif kind is Regex:
+        nfa.add_dfa(terminal_dfa(expr.pattern), src, dst)
+    elif kind is Automaton:
+        nfa.add_dfa(expr.dfa, src, dst)
     else:
         raise GrammarError(f"contains {expr!r}, which is not a grammar expression")
+
+
+def _add_leaf(nfa: ByteNFA, leaf: Literal | Ref, src: int, dst: int, index: Mapping[str, int]) -> None:
+    """A literal's path or a rule's call from ``src`` to ``dst``."""
+    if type(leaf) is Ref:
+        nfa.add_call(src, index[leaf.rule], dst)
+        return
+    value = leaf.value
+    data = value.encode() if isinstance(value, str) else bytes(value)
+    if data:
+        nfa.add_literal(src, data, dst)
+    else:
+        nfa.add_epsilon(src, dst)
 
 
 @lru_cache(maxsize=4096)
