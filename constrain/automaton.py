@@ -491,9 +491,14 @@ def _reduced_subsets(trans, calls, accepting, count, byte_class):
     table, out_accepting = _reduce_edges(count, num_classes + columns.shape[0], tail, label, head, accepting[:count])
     out_trans = np.empty((table.shape[0], 256), dtype=np.int32)
     out_calls = np.empty((table.shape[0], columns.shape[0]), dtype=np.int32)
+    # a class is a run of consecutive bytes (its bounds are cut points), so a row is written a run at a time
+    first_byte = np.empty(num_classes + 1, dtype=np.int32)
+    first_byte[num_classes] = 256
+    for b in range(255, -1, -1):
+        first_byte[byte_class[b]] = b
     for s in range(table.shape[0]):
-        for b in range(256):
-            out_trans[s, b] = table[s, byte_class[b]]
+        for c in range(num_classes):
+            out_trans[s, first_byte[c] : first_byte[c + 1]] = table[s, c]
         for c in range(columns.shape[0]):
             out_calls[s, c] = table[s, num_classes + c]
     return out_trans, out_accepting, out_calls, columns
