@@ -302,25 +302,26 @@ def _refs_of(expr: Expr) -> tuple[str, ...]:
     refs = expr.__dict__.get("_refs")
     if refs is None:
         # One left-to-right walk of the expression's DAG, each node once: an object's optional members each go on
-        # with the shared rest, and a tuple of calls kept per node would grow with that rest (quadratic).
+        # with the shared rest, and a tuple of calls kept per node would grow with that rest (quadratic). Leaves
+        # are looked at where their parent lists them; only composites are descended into.
         found: dict[str, None] = {}
         seen: set[int] = set()
-        work: list[Expr] = [expr]
-        while work:
-            node = work.pop()
-            if isinstance(node, Ref):
-                found[node.rule] = None
-                continue
-            if id(node) in seen or not isinstance(node, (Seq, Alt, Repeat)):
-                continue
-            seen.add(id(node))
-            known = node.__dict__.get("_refs")
-            if known is not None:
-                found.update(dict.fromkeys(known))
-            elif isinstance(node, Repeat):
-                work.append(node.item)
+        pending = [iter((expr.item,) if isinstance(expr, Repeat) else expr.items)]
+        while pending:
+            for item in pending[-1]:
+                kind = type(item)
+                if kind is Ref:
+                    found[item.rule] = None
+                elif (kind is Seq or kind is Alt or kind is Repeat) and id(item) not in seen:
+                    seen.add(id(item))
+                    known = item.__dict__.get("_refs")
+                    if known is not None:
+                        found.update(dict.fromkeys(known))
+                    else:
+                        pending.append(iter((item.item,) if kind is Repeat else item.items))
+                        break
             else:
-                work.extend(reversed(node.items))
+                pending.pop()
         refs = tuple(found)
         object.__setattr__(expr, "_refs", refs)
     return refs
