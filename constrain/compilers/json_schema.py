@@ -1683,6 +1683,8 @@ _ARRAY_KEYWORDS = frozenset(
 _OBJECT_KEYWORDS = frozenset(
     {"properties", "patternProperties", "additionalProperties", "propertyNames", "unevaluatedProperties"}
 )
+#: The keywords :meth:`_Compiler.normalise` expands into more conjuncts.
+_EXPANDED = frozenset({"$ptr", "$ref", "$dynamicRef", "$recursiveRef", "allOf"})
 #: The values of ``type`` whose subschemas need no structure of their own.
 _SCALAR_TYPES = frozenset({"null", "boolean", "integer", "number", "string"})
 _BRANCHING = ("anyOf", "oneOf", "not", "if", "dependentRequired", "dependentSchemas", "dependencies")
@@ -2358,6 +2360,8 @@ class _Compiler:
         self, schema: Any, strict: bool, whitespace: str, additional_properties_default: bool, max_whitespace: int
     ):
         self.doc = _Document(schema)
+        #: The (sub)schema at a pointer: the document's own method, called tens of thousands of times a compile.
+        self.node = self.doc.node
         self.strict = strict
         self.whitespace = whitespace
         self.ap_default = additional_properties_default
@@ -2416,9 +2420,6 @@ class _Compiler:
 
     # -- parts -----------------------------------------------------------------------------------------------
 
-    def node(self, ptr: str) -> Any:
-        return self.doc.node(ptr)
-
     def live_keys(self, part: _Part) -> list[str]:
         node = self.node(part.ptr)
         if not isinstance(node, Mapping):
@@ -2428,6 +2429,10 @@ class _Compiler:
     def normalise(self, parts: Sequence[_Part]) -> tuple[_Part, ...]:
         """Expand ``$ref`` and ``allOf`` into the conjunction, drop ``true`` and empty parts; ``false`` is
         unsatisfiable."""
+        if len(parts) == 1 and parts[0].neg is None:  # most conjunctions: one subschema with nothing to expand
+            node = self.node(parts[0].ptr)
+            if type(node) is dict and node.keys().isdisjoint(_EXPANDED):
+                return (parts[0],) if self.live_keys(parts[0]) else ()
         out: list[_Part] = []
         seen: set[_Part] = set()
         work = list(parts)
