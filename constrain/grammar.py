@@ -214,7 +214,7 @@ def _hoist_terminals(grammar: Grammar) -> Grammar:
     rules = dict(grammar.rules)
     hoisted: dict[str, Expr] = {}
     for name, body in grammar.rules.items():
-        if _refs_of(body):  # kept on the body: usually known already
+        if calls_of(body):  # kept on the body: usually known already
             rules[name], terminals = _hoisted(body)
             hoisted.update(terminals)
     if not hoisted:
@@ -227,7 +227,7 @@ def _hoist_terminals(grammar: Grammar) -> Grammar:
 def _hoisted(expr: Expr) -> tuple[Expr, tuple[tuple[str, Expr], ...]]:
     """``expr`` with its terminals replaced by calls, and those terminals by the rule names the calls use. The
     same object when it has none (its cached hash and the rule DFA cache keep working); kept on a composite
-    expression, as its calls are (:func:`_refs_of`), since the rules every schema shares are the same objects."""
+    expression, as its calls are (:func:`calls_of`), since the rules every schema shares are the same objects."""
     if isinstance(expr, (Regex, Automaton)):
         name = f"regex {expr.pattern!r}" if isinstance(expr, Regex) else f"automaton {expr._key.hex()}"
         return Ref(name), ((name, expr),)
@@ -287,12 +287,12 @@ def _build_rule_dfa(body: Expr) -> tuple[ByteDFA, tuple[str, ...]]:
 
 def collect_refs(expr: Expr, out: dict[str, int]) -> dict[str, int]:
     """Add the rules ``expr`` calls to ``out`` (name -> order of first appearance); returns ``out``."""
-    for rule in _refs_of(expr):
+    for rule in calls_of(expr):
         out.setdefault(rule, len(out))
     return out
 
 
-def _refs_of(expr: Expr) -> tuple[str, ...]:
+def calls_of(expr: Expr) -> tuple[str, ...]:
     """The rules ``expr`` calls, in order of first appearance. Kept on a composite expression: the rules every
     schema shares are the same objects in every grammar, and a subtree met again costs a lookup."""
     if isinstance(expr, Ref):

@@ -123,7 +123,7 @@ from ..automaton import (
     DEAD, ByteDFA, ByteNFA, CompileTimeout, check_deadline, column_classes, compile_clock, complement_ranges,
     deadline, partial_dfa_blocks,
 )
-from ..grammar import Alt, Automaton, Expr, Grammar, Literal, Ref, Regex, Repeat, Seq, collect_refs, terminal_dfa
+from ..grammar import Alt, Automaton, Expr, Grammar, Literal, Ref, Regex, Repeat, Seq, calls_of, terminal_dfa
 from .metaschema import certainly_valid
 from .regex import regex_to_dfa
 
@@ -4427,13 +4427,18 @@ def _options(expr: Expr) -> list[Expr]:
     return list(expr.items) if isinstance(expr, Alt) else [expr]
 
 
-def _reachable(rules: dict[str, Expr], start: str, refs: Mapping[str, set[str]]) -> dict[str, Expr]:
-    """The rules ``start`` calls, directly or not (and itself), in their order (``refs``: each rule's calls);
-    calls to undefined rules (a recursion found unsatisfiable) are left to pruning."""
+def _reachable(rules: dict[str, Expr], start: str, refs: dict[str, tuple[str, ...]]) -> dict[str, Expr]:
+    """The rules ``start`` calls, directly or not (and itself), in their order; ``refs`` (each rule's calls) gets
+    those it lacks of the rules reached, so calls are found only for rules that stay. Calls to undefined rules (a
+    recursion found unsatisfiable) are left to pruning."""
     keep = {start}
     work = [start]
     while work:
-        for r in refs[work.pop()]:
+        name = work.pop()
+        calls = refs.get(name)
+        if calls is None:
+            calls = refs[name] = calls_of(rules[name])
+        for r in calls:
             if r not in keep and r in rules:
                 keep.add(r)
                 work.append(r)
@@ -4444,7 +4449,7 @@ def _finalize(rules: dict[str, Expr], start: str, library: set[str]) -> dict[str
     """The grammar's rules less those that cannot complete or that ``start`` never reaches, with alias cycles
     resolved. The ``library`` rules (see :attr:`_Compiler.library`) are productive and free of alias cycles, so
     only the schema's own rules are analysed."""
-    refs = {name: set(collect_refs(body, {})) for name, body in rules.items()}
+    refs: dict[str, tuple[str, ...]] = {}  # each reachable rule's calls, found by _reachable
     rules = _reachable(rules, start, refs)  # first: branches inline their options' bodies, often leaving those unused
     # A rule whose calls are all productive is: calls are counted down, so most rules are settled without a walk.
     # The others (recursions, calls of unproductive or undefined rules) are walked, and walked again only when a
@@ -4491,9 +4496,9 @@ def _finalize(rules: dict[str, Expr], start: str, library: set[str]) -> dict[str
     prune_memo: dict[int, Expr | None] = {}
     for name, body in rules.items():
         if name in ok:
-            pruned[name] = body if refs[name] <= ok else _prune(body, ok, prune_memo)
+            pruned[name] = body if ok.issuperset(refs[name]) else _prune(body, ok, prune_memo)
             if pruned[name] is not body:
-                refs[name] = set(collect_refs(pruned[name], {}))
+                refs[name] = calls_of(pruned[name])
     rules = pruned
     # Alias cycles (A = B | x, B = A | y): each rule of the cycle means the union of their other options.
     alias_edges = {
@@ -4511,7 +4516,7 @@ def _finalize(rules: dict[str, Expr], start: str, library: set[str]) -> dict[str
                     union.append(o)
         for name in comp:
             rules[name] = union[0] if len(union) == 1 else Alt(tuple(union))
-            refs[name] = set(collect_refs(rules[name], {}))
+            refs[name] = calls_of(rules[name])
     return _reachable(rules, start, refs)
 
 
