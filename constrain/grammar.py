@@ -10,7 +10,6 @@ are shared by every place that uses them.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -97,23 +96,18 @@ class Automaton:
     instead of writing the automaton back as a regex to be parsed again. Equal when the automata are equal state
     for state (they are minimised, so equal languages compare equal up to state numbering)."""
 
-    __slots__ = ("dfa", "_digest")
+    __slots__ = ("dfa",)
 
     def __init__(self, dfa: ByteDFA):
         if dfa.callees:
             raise GrammarError("an Automaton must not call rules")
         self.dfa = dfa
-        self._digest: bytes | None = None
 
     @property
     def _key(self) -> bytes:
-        """A digest of the table, made when first asked for: a rule whose whole body is an automaton is never
-        hashed, and hashing a table costs tens of microseconds."""
-        if self._digest is None:
-            digest = hashlib.blake2b(self.dfa.trans.tobytes(), digest_size=16)
-            digest.update(self.dfa.accepting.tobytes())
-            self._digest = digest.digest()
-        return self._digest
+        """The table's digest, kept on the DFA (:attr:`~constrain.automaton.ByteDFA.digest`): the automata compilers
+        share per process (keys other than some names, patterns) are wrapped anew by every grammar using them."""
+        return self.dfa.digest
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Automaton) and self._key == other._key
