@@ -50,6 +50,10 @@ class Ref:
     rule: str
 
 
+#: What a composite expression keeps about itself once computed (not pickled: hashes of str differ by process).
+_DERIVED = frozenset({"_hash", "_refs", "_terminals", "_hoisted"})
+
+
 class _CachedHash:
     """Composite expressions are deep trees used as cache keys (rule DFAs by body, shared suffixes): their hash
     is computed once, not walked again on every lookup."""
@@ -62,7 +66,7 @@ class _CachedHash:
         return cached
 
     def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k not in ("_hash", "_refs", "_hoisted")}  # str hashes differ
+        return {k: v for k, v in self.__dict__.items() if k not in _DERIVED}  # str hashes differ across processes
 
 
 @dataclass(frozen=True, eq=True)
@@ -208,7 +212,7 @@ def _hoist_terminals(grammar: Grammar) -> Grammar:
     rules = dict(grammar.rules)
     hoisted: dict[str, Expr] = {}
     for name, body in grammar.rules.items():
-        if calls_of(body):  # kept on the body: usually known already
+        if calls_of(body) and _has_terminals(body):  # both kept on the body: usually known already
             rules[name], terminals = _hoisted(body)
             hoisted.update(terminals)
     if not hoisted:
@@ -295,29 +299,52 @@ def calls_of(expr: Expr) -> tuple[str, ...]:
         return ()
     refs = expr.__dict__.get("_refs")
     if refs is None:
-        # One left-to-right walk of the expression's DAG, each node once: an object's optional members each go on
-        # with the shared rest, and a tuple of calls kept per node would grow with that rest (quadratic). Leaves
-        # are looked at where their parent lists them; only composites are descended into.
-        found: dict[str, None] = {}
-        seen: set[int] = set()
-        pending = [iter((expr.item,) if isinstance(expr, Repeat) else expr.items)]
-        while pending:
-            for item in pending[-1]:
-                kind = type(item)
-                if kind is Ref:
-                    found[item.rule] = None
-                elif (kind is Seq or kind is Alt or kind is Repeat) and id(item) not in seen:
-                    seen.add(id(item))
-                    known = item.__dict__.get("_refs")
-                    if known is not None:
-                        found.update(dict.fromkeys(known))
-                    else:
-                        pending.append(iter((item.item,) if kind is Repeat else item.items))
-                        break
-            else:
-                pending.pop()
-        refs = tuple(found)
-        object.__setattr__(expr, "_refs", refs)
+        refs = _scan(expr)
+    return refs
+
+
+def _has_terminals(expr: Expr) -> bool:
+    """Whether ``expr`` reads a regex or an automaton anywhere (kept on a composite, found with its calls)."""
+    if isinstance(expr, (Regex, Automaton)):
+        return True
+    if not isinstance(expr, (Seq, Alt, Repeat)):
+        return False
+    if "_terminals" not in expr.__dict__:
+        _scan(expr)
+    return expr.__dict__["_terminals"]
+
+
+def _scan(expr: Seq | Alt | Repeat) -> tuple[str, ...]:
+    """Find and keep on ``expr`` its calls (:func:`calls_of`) and whether it has terminals (:func:`_has_terminals`).
+
+    One left-to-right walk of the expression's DAG, each node once: an object's optional members each go on with
+    the shared rest, and a tuple of calls kept per node would grow with that rest (quadratic). Leaves are looked
+    at where their parent lists them; only composites are descended into."""
+    found: dict[str, None] = {}
+    terminals = False
+    seen: set[int] = set()
+    pending = [iter((expr.item,) if isinstance(expr, Repeat) else expr.items)]
+    while pending:
+        for item in pending[-1]:
+            kind = type(item)
+            if kind is Ref:
+                found[item.rule] = None
+            elif kind is Regex or kind is Automaton:
+                terminals = True
+            elif (kind is Seq or kind is Alt or kind is Repeat) and id(item) not in seen:
+                seen.add(id(item))
+                known = item.__dict__.get("_refs")
+                if known is not None:
+                    found.update(dict.fromkeys(known))
+                    terminals = terminals or item.__dict__["_terminals"]
+                else:
+                    pending.append(iter((item.item,) if kind is Repeat else item.items))
+                    break
+        else:
+            pending.pop()
+    refs = tuple(found)
+    object.__setattr__(expr, "_refs", refs)
+    object.__setattr__(expr, "_terminals", terminals)
     return refs
 
 
