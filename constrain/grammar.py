@@ -457,7 +457,7 @@ def _completing_rules(rules: tuple[ByteDFA, ...], byte_edges: bool) -> np.ndarra
     settled without a search. Without byte edges, a rule whose start makes no call completes only if its start
     accepts. The rest (recursions, and rules with a callee that cannot complete) are searched, each looked at
     again only when one of its callees turns out to complete."""
-    done = np.zeros(len(rules), dtype=bool)
+    done = [False] * len(rules)  # a list, not an array: it is read and written an element at a time
     callers: list[list[int]] = [[] for _ in rules]
     waiting = [0] * len(rules)  # callees not known to complete yet
     for i, dfa in enumerate(rules):
@@ -488,7 +488,7 @@ def _completing_rules(rules: tuple[ByteDFA, ...], byte_edges: bool) -> np.ndarra
         if done[i]:
             continue
         if not dfa.callees:
-            completes = dfa.reaches_acceptance(np.zeros(0, dtype=bool), byte_edges=byte_edges)
+            completes = dfa.reaches_acceptance(_NO_CALLS, byte_edges=byte_edges)
         elif not byte_edges and dfa.calls[0].max() < 0:
             completes = bool(dfa.accepting[0])
         else:
@@ -502,9 +502,15 @@ def _completing_rules(rules: tuple[ByteDFA, ...], byte_edges: bool) -> np.ndarra
         i = work.pop()
         queued[i] = False
         dfa = rules[i]
-        if not done[i] and dfa.reaches_acceptance(done[list(dfa.callees)], byte_edges=byte_edges):
-            settle(i)
-    return done
+        if not done[i]:
+            usable = np.array([done[callee] for callee in dfa.callees], dtype=bool)
+            if dfa.reaches_acceptance(usable, byte_edges=byte_edges):
+                settle(i)
+    return np.array(done, dtype=bool)
+
+
+_NO_CALLS = np.zeros(0, dtype=bool)
+_NO_CALLS.flags.writeable = False
 
 
 def _check_productive(pushdown: Pushdown) -> None:
@@ -516,10 +522,18 @@ def _check_productive(pushdown: Pushdown) -> None:
 
 def _check_left_recursion(pushdown: Pushdown) -> None:
     rules = pushdown.rules
-    nullable = _completing_rules(rules, byte_edges=False)
+    # A rule completes without a byte only if some rule's start accepts (the shortest such completion calls
+    # none): in most grammars (a JSON value is never empty) none does, and the search is not needed.
+    if any(dfa.accepting[0] for dfa in rules):
+        nullable = _completing_rules(rules, byte_edges=False)
+    else:
+        nullable = np.zeros(len(rules), dtype=bool)
     # Rules callable before any byte is read, from each rule's start.
     first_calls: list[set[int]] = []
     for dfa in rules:
+        if not dfa.callees:
+            first_calls.append(set())
+            continue
         calls: set[int] = set()
         seen, stack = {0}, [0]
         while stack:
