@@ -230,7 +230,14 @@ def _format_cdfa(name: str) -> _CDFA:
 _SPECIALS = [cp for cp in range(0x5D) if cp < 0x20 or cp in (0x22, 0x5C)]
 
 
+#: ``json.dumps(s, ensure_ascii=False)`` for a str ``s``: the function it ends in, without the encoder's Python
+#: layers (keys and enum strings are written tens of times per schema).
+_json_string = json.encoder.encode_basestring
+
+
 def _dumps(value: Any, indent_depth: int | None = None) -> str:
+    if isinstance(value, str):
+        return _json_string(value)
     value = _canonical_value(value)
     if indent_depth is None:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
@@ -255,6 +262,8 @@ def _canonical_value(value: Any) -> Any:
 
 def _json_key(value: Any) -> str:
     """A key equal for JSON-equal values (numbers by value, object keys unordered, true != 1)."""
+    if isinstance(value, str):
+        return _json_string(value)
     return json.dumps(_json_normal(value), sort_keys=True, ensure_ascii=False)
 
 
@@ -756,7 +765,7 @@ def _key_except_dfa(names: tuple[str, ...]) -> ByteDFA:
     words = []
     for name in names:
         try:
-            words.append(json.dumps(name, ensure_ascii=False).encode())
+            words.append(_json_string(name).encode())
         except UnicodeEncodeError:  # a lone surrogate: no JSON text spells it, nothing to exclude
             continue
     return terminal_dfa(_STRING).without_words(words)
@@ -3986,7 +3995,7 @@ class _Compiler:
                         f"the required property {key!r} cannot be present: {cause}", sh.required[key], "required"
                     )
                 continue
-            items.append((key, Seq((Literal(json.dumps(key, ensure_ascii=False)), lay.colon, value)), required))
+            items.append((key, Seq((Literal(_json_string(key)), lay.colon, value)), required))
         extra = None if closed else self.additional_member(sh, infos, names, lay, cd)
         n_req = sum(1 for it in items if it[2])
         max_possible = None if extra is not None else len(items)
