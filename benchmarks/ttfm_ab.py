@@ -1,0 +1,123 @@
+"""TTFM of two builds of constrain, interleaved: how a change moves compile + first mask, schema by schema.
+
+    git worktree add /tmp/base <commit>          # the build to compare against
+    .venv/bin/python benchmarks/ttfm_ab.py --base /tmp/base --sample 300 --seed 1
+
+Two worker processes, one per build (``PYTHONPATH`` set to its checkout, the same virtual environment), take each
+MaskBench schema in turn, the order alternating from schema to schema, so the machine's drift hits both alike.
+Before each schema a worker touches ``--flush-mb`` of memory, as the benchmark's other engine does between two
+of its schemas: a compile's TTFM depends on what is still in the CPU's caches. Each worker compiles and forces one
+small schema first (numba's kernels loaded or compiled); the first run of a fresh checkout also JIT-compiles its
+kernels into its own cache, so run it twice and read the second.
+
+Prints both builds' TTFM p50 / p90 / p99 over the schemas both compiled, and the per-schema ratio (this checkout
+over ``--base``): quartiles, and the ratio of sums in bands of the base's TTFM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def worker(sample: int, seed: int, flush_mb: int) -> None:
+    """Answer schema indices from stdin with the TTFM in seconds (null when refused), one JSON line each."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import maskbench as mb
+
+    from constrain.automaton import compile_kernels
+    from constrain.compilers.json_schema import compile_json_schema
+    from constrain.tokenizers import load_gemma_tokenizer
+    from constrain.vocab import Vocabulary
+
+    vocab = Vocabulary.from_tokenizer(load_gemma_tokenizer())
+    compile_kernels()
+    entries = mb.load_entries(mb.DEFAULT_DATA, sample=sample, seed=seed)
+    bitmask = np.zeros((1, (vocab.size + 31) // 32), dtype=np.int32)
+    ballast = np.zeros(flush_mb << 17)  # float64: flush_mb MiB
+
+    def ttfm(schema) -> float | None:
+        start = time.perf_counter()
+        try:
+            structure = compile_json_schema(schema, vocab)
+        except Exception:  # a refusal: no TTFM
+            return None
+        structure.matcher().fill_bitmask(bitmask, 0)
+        return time.perf_counter() - start
+
+    ttfm(mb.WARM_UP_SCHEMA)
+    import constrain
+
+    print(json.dumps({"ready": constrain.__file__}), flush=True)
+    for line in sys.stdin:
+        ballast += 1.0
+        print(json.dumps(ttfm(entries[int(line)]["schema"])), flush=True)
+
+
+def start(root: Path, args: argparse.Namespace) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(root), "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--sample", str(args.sample), "--seed",
+           str(args.seed), "--flush-mb", str(args.flush_mb)]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=root)
+    ready = json.loads(proc.stdout.readline())["ready"]
+    if not Path(ready).resolve().is_relative_to(root.resolve()):
+        raise SystemExit(f"the worker for {root} imported constrain from {ready}")
+    return proc
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--base", type=Path, help="a checkout of the build to compare against (e.g. a git worktree)")
+    p.add_argument("--sample", type=int, default=300, help="schemas drawn from MaskBench's dev set (default 300)")
+    p.add_argument("--seed", type=int, default=1, help="seed of the sample (default 1)")
+    p.add_argument("--flush-mb", type=int, default=64, help="MiB touched before each schema (default 64)")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        worker(args.sample, args.seed, args.flush_mb)
+        return 0
+    if args.base is None:
+        p.error("--base is required")
+    base, new = start(args.base, args), start(REPO, args)
+    times: dict[str, list] = {"base": [], "new": []}
+    try:
+        for i in range(args.sample):
+            order = (("base", base), ("new", new)) if i % 2 == 0 else (("new", new), ("base", base))
+            for name, proc in order:
+                proc.stdin.write(f"{i}\n")
+                proc.stdin.flush()
+                times[name].append(json.loads(proc.stdout.readline()))
+    finally:
+        for proc in (base, new):
+            proc.stdin.close()
+            proc.wait()
+    both = [i for i in range(len(times["base"])) if times["base"][i] is not None and times["new"][i] is not None]
+    a = 1e3 * np.array([times["base"][i] for i in both])
+    b = 1e3 * np.array([times["new"][i] for i in both])
+    q = (50, 90, 99)
+    print(f"{len(both)} schemas both builds compiled")
+    print("TTFM p50 / p90 / p99 (ms): base " + " / ".join(f"{np.percentile(a, x):.2f}" for x in q)
+          + "; this checkout " + " / ".join(f"{np.percentile(b, x):.2f}" for x in q))
+    ratio = b / a
+    print("per-schema ratio (this checkout / base), quartiles: "
+          + " / ".join(f"{np.percentile(ratio, x):.3f}" for x in (25, 50, 75)))
+    order = np.argsort(a)
+    bands = []
+    for lo, hi in ((0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 0.9), (0.9, 1.0)):
+        idx = order[int(lo * len(a)) : int(hi * len(a))]
+        bands.append(f"{lo:.2f}-{hi:.2f} {b[idx].sum() / a[idx].sum():.3f}")
+    print("ratio of sums by band of the base's TTFM: " + "; ".join(bands))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
