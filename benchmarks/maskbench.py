@@ -1041,8 +1041,8 @@ NOTES = [
     "- Passing = compiled, and no validation or invalidation error on any of its tests. Compile errors: refused "
     "(the engine raised), crashed (the worker died, or the harness hit an unexpected exception), timeout (no "
     "answer for compile + tests within the limit: the worker is killed), memory (the worker's RSS passed the limit).",
-    "- Memory: the worker's VmHWM from /proc (resident high-water mark since exec, the same as "
-    "`getrusage(RUSAGE_SELF).ru_maxrss` without the RSS it inherits at fork), over all of that engine's worker "
+    "- Memory: the largest VmHWM from /proc (resident high-water mark; since exec it is "
+    "`getrusage(RUSAGE_SELF).ru_maxrss` without the RSS inherited at fork) reported by any of that engine's worker "
     "processes; it includes Python, the Gemma tokenizer (every worker loads it) and the engine's set-up, so the RSS "
     "right after set-up is shown first. Per schema: the worker resets its VmHWM (`/proc/self/clear_refs`) before "
     "each schema, and what the schema's compile and timed tests add to it above the RSS at that moment is the "
