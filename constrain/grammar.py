@@ -51,7 +51,7 @@ class Ref:
 
 
 #: What a composite expression keeps about itself once computed (not pickled: hashes of str differ by process).
-_DERIVED = frozenset({"_hash", "_refs", "_terminals", "_hoisted"})
+_DERIVED = frozenset({"_hash", "_refs", "_terminals", "_hoisted", "_dfa"})
 
 
 class _CachedHash:
@@ -61,9 +61,12 @@ class _CachedHash:
     def __hash__(self) -> int:
         cached = self.__dict__.get("_hash")
         if cached is None:
-            cached = hash((type(self).__name__, *(getattr(self, f) for f in self.__dataclass_fields__)))
+            cached = hash(self._hash_fields())
             object.__setattr__(self, "_hash", cached)
         return cached
+
+    def _hash_fields(self) -> tuple:
+        raise NotImplementedError
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k not in _DERIVED}  # str hashes differ across processes
@@ -75,12 +78,18 @@ class Seq(_CachedHash):
 
     __hash__ = _CachedHash.__hash__
 
+    def _hash_fields(self) -> tuple:
+        return ("Seq", self.items)
+
 
 @dataclass(frozen=True, eq=True)
 class Alt(_CachedHash):
     items: tuple[Expr, ...]
 
     __hash__ = _CachedHash.__hash__
+
+    def _hash_fields(self) -> tuple:
+        return ("Alt", self.items)
 
 
 @dataclass(frozen=True, eq=True)
@@ -92,6 +101,9 @@ class Repeat(_CachedHash):
     max: int | None = None
 
     __hash__ = _CachedHash.__hash__
+
+    def _hash_fields(self) -> tuple:
+        return ("Repeat", self.item, self.min, self.max)
 
 
 class Automaton:
@@ -260,6 +272,9 @@ def _rule_dfa(body: Expr) -> tuple[ByteDFA, tuple[str, ...]]:
     arrays are shared, so they are made read-only."""
     if isinstance(body, Automaton):
         return body.dfa, ()
+    kept = body.__dict__.get("_dfa") if isinstance(body, _CachedHash) else None
+    if kept is not None:  # a body met before in this process (a shared rule's): no hash, no lookup
+        return kept
     try:
         cached = _RULE_DFAS.get(body)
     except TypeError:  # an unhashable body (a list where a tuple belongs): build it, uncached
@@ -268,6 +283,8 @@ def _rule_dfa(body: Expr) -> tuple[ByteDFA, tuple[str, ...]]:
         cached = _build_rule_dfa(body)
         dfa = cached[0]
         _RULE_DFAS.put(body, cached, dfa.trans.nbytes + dfa.calls.nbytes + dfa.accepting.nbytes)
+    if isinstance(body, _CachedHash):
+        object.__setattr__(body, "_dfa", cached)
     return cached
 
 

@@ -4503,11 +4503,15 @@ def _finalize(rules: dict[str, Expr], start: str, library: set[str]) -> dict[str
         )
     pruned: dict[str, Expr] = {}
     prune_memo: dict[int, Expr | None] = {}
+    changed = False  # whether a rule or a call was dropped: only then can a rule have become unreachable
     for name, body in rules.items():
         if name in ok:
             pruned[name] = body if ok.issuperset(refs[name]) else _prune(body, ok, prune_memo)
             if pruned[name] is not body:
                 refs[name] = calls_of(pruned[name])
+                changed = True
+        else:
+            changed = True
     rules = pruned
     # Alias cycles (A = B | x, B = A | y): each rule of the cycle means the union of their other options.
     alias_edges = {
@@ -4526,7 +4530,8 @@ def _finalize(rules: dict[str, Expr], start: str, library: set[str]) -> dict[str
         for name in comp:
             rules[name] = union[0] if len(union) == 1 else Alt(tuple(union))
             refs[name] = calls_of(rules[name])
-    return _reachable(rules, start, refs)
+        changed = True
+    return _reachable(rules, start, refs) if changed else rules
 
 
 def _cyclic_part(graph: Mapping[str, set[str]]) -> dict[str, set[str]]:
