@@ -3995,7 +3995,7 @@ class _Compiler:
                         f"the required property {key!r} cannot be present: {cause}", sh.required[key], "required"
                     )
                 continue
-            items.append((key, Seq((Literal(_json_string(key)), lay.colon, value)), required))
+            items.append((key, _then(Literal(_json_string(key)), lay.colon, value), required))
         extra = None if closed else self.additional_member(sh, infos, names, lay, cd)
         n_req = sum(1 for it in items if it[2])
         max_possible = None if extra is not None else len(items)
@@ -4240,7 +4240,7 @@ class _Compiler:
         n = len(items)
         tail_extra = Repeat(Seq((lay.comma, extra))) if extra is not None else None
         # Each member after a comma, optional unless required: built once, shared by every option's tail.
-        following = [Seq((lay.comma, member)) for _, member, _ in items]
+        following = [_then(lay.comma, *member.items) for _, member, _ in items]
         following = [item if required else Repeat(item, 0, 1) for item, (_, _, required) in zip(following, items)]
         first_required = next((i for i, it in enumerate(items) if it[2]), None)
         last = first_required if first_required is not None else n - 1
@@ -4430,6 +4430,20 @@ def _prune(expr: Expr, ok: set[str], memo: dict[int, Expr | None]) -> Expr | Non
             out = expr if y is expr.item else Repeat(y, expr.min, expr.max)
     memo[id(expr)] = out
     return out
+
+
+def _then(*items: Expr) -> Seq:
+    """``Seq(items)`` with adjacent text literals joined (``,"name":`` rather than three): the same language and the
+    same automaton, built from fewer expression nodes, which every pass over the grammar walks."""
+    out: list[Expr] = []
+    for item in items:
+        if out and type(item) is Literal and type(out[-1]) is Literal:
+            a, b = out[-1].value, item.value
+            if isinstance(a, str) and isinstance(b, str):
+                out[-1] = Literal(a + b)
+                continue
+        out.append(item)
+    return Seq(tuple(out))
 
 
 def _options(expr: Expr) -> list[Expr]:
