@@ -272,6 +272,47 @@ def test_a_bodys_calls_are_listed_in_order_of_first_appearance_where_subtrees_ar
         assert collect_refs(body, out) == {"zz": 0, **{r: i + 1 for i, r in enumerate(_refs_in_order(body, []))}}
 
 
+def _member_lists(required: list[bool], mark_shared: bool):
+    """An object-like body as the JSON Schema compiler writes it: each option a flat sequence of one member and
+    the members after it, each later member after a comma, optional unless required."""
+    from constrain.grammar import shared
+
+    members = [Seq((Literal(f'"k{j}":'), Ref("v"))) for j in range(len(required))]
+    if mark_shared:
+        members = [shared(m) for m in members]
+    following = [Seq((Literal(","), m)) for m in members]
+    following = [f if r else Repeat(f, 0, 1) for f, r in zip(following, required)]
+    last = required.index(True) if True in required else len(required) - 1
+    options = [Seq((members[j], *following[j + 1 :])) for j in range(last + 1)]
+    return Seq((Literal("{"), Alt(tuple(options)) if len(options) > 1 else options[0], Literal("}")))
+
+
+@given(st.lists(st.booleans(), min_size=1, max_size=7))
+@settings(max_examples=100, deadline=None)
+def test_a_shared_member_is_built_once_and_the_automaton_stays_the_same(required):
+    """A member marked shared, read first or after a comma, is built once per target: its key is read on one
+    path of the NFA (an unmarked member read both ways is built twice), and the rule's minimal DFA is the one the
+    unmarked body gives, state for state."""
+    from constrain.automaton import ByteNFA
+    from constrain.grammar import _build
+
+    def paths_reading_key(body, j):
+        nfa = ByteNFA()
+        start, accept = nfa.new_state(), nfa.new_state()
+        _build(nfa, body, start, accept, {"v": 0}, {})
+        edges = np.array(nfa._bytes).reshape(-1, 4)
+        return int(((edges[:, 1] == ord(str(j))) & (edges[:, 2] == ord(str(j)))).sum())  # keys "k0".."k6"
+
+    plain, marked = _member_lists(required, False), _member_lists(required, True)
+    dfas = [build_pushdown(Grammar({"obj": body, "v": Literal("1")}, "obj")).rules[0] for body in (plain, marked)]
+    assert np.array_equal(dfas[0].trans, dfas[1].trans) and np.array_equal(dfas[0].calls, dfas[1].calls)
+    assert np.array_equal(dfas[0].accepting, dfas[1].accepting)
+    last = required.index(True) if True in required else len(required) - 1
+    for j in range(len(required)):
+        assert paths_reading_key(marked, j) == 1
+        assert paths_reading_key(plain, j) == (2 if 1 <= j <= last else 1)
+
+
 def _hoisted_by_walk(expr, found):
     """The reference for hoisting: terminals replaced by calls of rules named after them, by a plain walk."""
     if isinstance(expr, Regex):

@@ -123,7 +123,7 @@ from ..automaton import (
     DEAD, ByteDFA, ByteNFA, CompileTimeout, check_deadline, column_classes, compile_clock, complement_ranges,
     deadline, partial_dfa_blocks,
 )
-from ..grammar import Alt, Automaton, Expr, Grammar, Literal, Ref, Regex, Repeat, Seq, calls_of, terminal_dfa
+from ..grammar import Alt, Automaton, Expr, Grammar, Literal, Ref, Regex, Repeat, Seq, calls_of, shared, terminal_dfa
 from .metaschema import certainly_valid
 from .regex import regex_to_dfa
 
@@ -3995,7 +3995,8 @@ class _Compiler:
                         f"the required property {key!r} cannot be present: {cause}", sh.required[key], "required"
                     )
                 continue
-            items.append((key, _then(Literal(_json_string(key)), lay.colon, value), required))
+            # shared: read first or after a comma, a member is built once (see members_plain)
+            items.append((key, shared(_then(Literal(_json_string(key)), lay.colon, value)), required))
         extra = None if closed else self.additional_member(sh, infos, names, lay, cd)
         n_req = sum(1 for it in items if it[2])
         max_possible = None if extra is not None else len(items)
@@ -4240,12 +4241,14 @@ class _Compiler:
         n = len(items)
         tail_extra = Repeat(Seq((lay.comma, extra))) if extra is not None else None
         # Each member after a comma, optional unless required: built once, shared by every option's tail.
-        following = [_then(lay.comma, *member.items) for _, member, _ in items]
+        following = [Seq((lay.comma, member)) for _, member, _ in items]
         following = [item if required else Repeat(item, 0, 1) for item, (_, _, required) in zip(following, items)]
         first_required = next((i for i, it in enumerate(items) if it[2]), None)
         last = first_required if first_required is not None else n - 1
+        # One flat sequence per option: its rest joins the states built for the first option's (see
+        # grammar._build), and so its first member, which is shared, is entered where it is read after a comma.
         options: list[Expr] = [
-            Seq((items[j][1], self.members_after(following, tail_extra, name, j + 1))) for j in range(last + 1)
+            Seq((items[j][1], *self.members_after(following, tail_extra, name, j + 1).items)) for j in range(last + 1)
         ]
         if first_required is None and extra is not None:
             options.append(Seq((extra, tail_extra)))
