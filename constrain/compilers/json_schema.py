@@ -4436,8 +4436,9 @@ def _prune(expr: Expr, ok: set[str], memo: dict[int, Expr | None]) -> Expr | Non
 
 
 def _then(*items: Expr) -> Seq:
-    """``Seq(items)`` with adjacent text literals joined (``,"name":`` rather than three): the same language and the
-    same automaton, built from fewer expression nodes, which every pass over the grammar walks."""
+    """``Seq(items)`` with adjacent text literals joined (a member's ``"name":`` rather than the key and the colon):
+    the same language and the same automaton, built from fewer expression nodes, which every pass over the grammar
+    walks."""
     out: list[Expr] = []
     for item in items:
         if out and type(item) is Literal and type(out[-1]) is Literal:
