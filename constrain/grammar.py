@@ -61,12 +61,12 @@ class _CachedHash:
     def __hash__(self) -> int:
         cached = self.__dict__.get("_hash")
         if cached is None:
-            cached = hash(self._hash_fields())
+            if type(self) is Repeat:
+                cached = hash(("Repeat", self.item, self.min, self.max))
+            else:
+                cached = hash((type(self).__name__, self.items))
             object.__setattr__(self, "_hash", cached)
         return cached
-
-    def _hash_fields(self) -> tuple:
-        raise NotImplementedError
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k not in _DERIVED}  # str hashes differ across processes
@@ -78,18 +78,12 @@ class Seq(_CachedHash):
 
     __hash__ = _CachedHash.__hash__
 
-    def _hash_fields(self) -> tuple:
-        return ("Seq", self.items)
-
 
 @dataclass(frozen=True, eq=True)
 class Alt(_CachedHash):
     items: tuple[Expr, ...]
 
     __hash__ = _CachedHash.__hash__
-
-    def _hash_fields(self) -> tuple:
-        return ("Alt", self.items)
 
 
 @dataclass(frozen=True, eq=True)
@@ -101,9 +95,6 @@ class Repeat(_CachedHash):
     max: int | None = None
 
     __hash__ = _CachedHash.__hash__
-
-    def _hash_fields(self) -> tuple:
-        return ("Repeat", self.item, self.min, self.max)
 
 
 class Automaton:
