@@ -265,7 +265,7 @@ class ConstrainEngine(Engine):
             from constrain.compilers.json_schema import compile_json_schema
         except ImportError as e:
             raise EngineUnavailable(f"constrain.compilers.json_schema is not available ({e})") from e
-        from constrain.automaton import compile_kernels
+        from constrain.automata.nfa import compile_kernels
         from constrain.errors import TokenError
 
         compile_kernels()  # from numba's cache: the kernels only a large automaton reaches, not charged to it

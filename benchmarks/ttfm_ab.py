@@ -34,7 +34,7 @@ def worker(sample: int, seed: int, flush_mb: int) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import maskbench as mb
 
-    from constrain.automaton import compile_kernels
+    from constrain.automata.nfa import compile_kernels
     from constrain.compilers.json_schema import compile_json_schema
     from constrain.tokenizers import load_gemma_tokenizer
     from constrain.vocab import Vocabulary

@@ -51,27 +51,19 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
-    from .beam import beam_search
-    from .compilers.gbnf import GrammarSyntaxError, compile_gbnf
-    from .compilers.json_schema import JsonSchemaError, compile_json_schema
-    from .compilers.lark import compile_lark
-    from .compilers.pydantic import compile_pydantic
-    from .integrations.transformers import generate
-    from .pushdown import compile_grammar
-    from .compilers.regex import compile_regex
-    from .errors import (
-        ConstrainError,
-        DeadEndError,
-        RegexError,
-        ShapeError,
-        StructureError,
-        TokenError,
-        VocabularyError,
-    )
-    from .kernels import allocate_token_bitmask, apply_token_bitmask, bitmask_to_bool, bool_to_bitmask
-    from .matcher import CompiledStructure, Matcher
-    from .sampling import Sampler, SamplingParams
-    from .vocab import Vocabulary
+    from constrain.beam import beam_search
+    from constrain.compilers.gbnf import GrammarSyntaxError, compile_gbnf
+    from constrain.compilers.json_schema import JsonSchemaError, compile_json_schema
+    from constrain.compilers.lark import compile_lark
+    from constrain.compilers.pydantic import compile_pydantic
+    from constrain.integrations.transformers import generate
+    from constrain.pushdown import compile_grammar
+    from constrain.compilers.regex import compile_regex
+    from constrain.errors import ConstrainError, DeadEndError, RegexError, ShapeError, StructureError, TokenError, VocabularyError
+    from constrain.kernels import allocate_token_bitmask, apply_token_bitmask, bitmask_to_bool, bool_to_bitmask
+    from constrain.matcher import CompiledStructure, Matcher
+    from constrain.sampling import Sampler, SamplingParams
+    from constrain.vocab import Vocabulary
 
 
 def __getattr__(name: str):

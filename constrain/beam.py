@@ -29,8 +29,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from .errors import ConstrainError, DeadEndError, ShapeError, TokenError
-from .sampling import log_softmax
+from constrain.errors import ConstrainError, DeadEndError, ShapeError, TokenError
+from constrain.sampling import log_softmax
 
 __all__ = ["BeamHypothesis", "BeamSearchError", "beam_search", "model_next_logits"]
 
@@ -283,7 +283,7 @@ def beam_search(
 
 def _mask_rows(logits: np.ndarray, matchers: list[Any]) -> None:
     """-inf on each row's disallowed tokens (ids past the matcher's vocabulary are disallowed too)."""
-    from .kernels import apply_token_bitmask
+    from constrain.kernels import apply_token_bitmask
 
     V = logits.shape[1]
     width = (V + 31) // 32

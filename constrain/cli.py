@@ -19,10 +19,10 @@ DEMO_CASES = [
 def demo(args: argparse.Namespace) -> int:
     from transformers import LogitsProcessorList
 
-    from .compilers.regex import compile_regex
-    from .integrations.transformers import StructureLogitsProcessor
-    from .models import default_eos_ids, load_default_model
-    from .vocab import Vocabulary
+    from constrain.compilers.regex import compile_regex
+    from constrain.integrations.transformers import StructureLogitsProcessor
+    from constrain.models import default_eos_ids, load_default_model
+    from constrain.vocab import Vocabulary
 
     t0 = time.perf_counter()
     model, tokenizer = load_default_model()

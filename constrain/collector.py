@@ -5,7 +5,7 @@ compiler's tables), so each automatic full collection during it walks all of the
 process already is, the longer each takes: on the MaskBench dev set, cityjson (3,959 rules) spent 1.1 of its
 3.7 s in three full collections, in a process that had compiled 1,200 schemas before it. Pausing every compile
 made small ones slower (their collection moved to the first mask, their garbage lived longer), so only a compile
-that has already run :data:`PAUSE_AFTER` seconds pauses (see :func:`~constrain.automaton.deadline`). Reference
+that has already run :data:`PAUSE_AFTER` seconds pauses (see :func:`~constrain.automata.limits.deadline`). Reference
 counting still frees whatever a compile drops; cycles it leaves are collected once no pause is under way.
 """
 

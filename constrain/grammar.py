@@ -18,11 +18,13 @@ from typing import Union
 
 import numpy as np
 
-from .automaton import ByteDFA, ByteNFA, CompileTimeout
-from .automaton import deadline as deadline_of
-from .cache import BoundedCache
-from .compilers.regex import add_regex
-from .errors import StructureError
+from constrain.automata.dfa import ByteDFA
+from constrain.automata.nfa import ByteNFA
+from constrain.automata.limits import CompileTimeout
+from constrain.automata.limits import deadline as deadline_of
+from constrain.cache import BoundedCache
+from constrain.automata.regex import add_regex
+from constrain.errors import StructureError
 
 
 class GrammarError(StructureError):
@@ -98,7 +100,7 @@ class Repeat(_CachedHash):
 
 
 class Automaton:
-    """Any string a call-free :class:`~constrain.automaton.ByteDFA` accepts: what a compiler that combines
+    """Any string a call-free :class:`~constrain.automata.dfa.ByteDFA` accepts: what a compiler that combines
     constraints as automata (a pattern with a length bound, keys other than some names) hands over directly,
     instead of writing the automaton back as a regex to be parsed again. Equal when the automata are equal state
     for state (they are minimised, so equal languages compare equal up to state numbering)."""
@@ -112,7 +114,7 @@ class Automaton:
 
     @property
     def _key(self) -> bytes:
-        """The table's digest, kept on the DFA (:attr:`~constrain.automaton.ByteDFA.digest`): the automata compilers
+        """The table's digest, kept on the DFA (:attr:`~constrain.automata.dfa.ByteDFA.digest`): the automata compilers
         share per process (keys other than some names, patterns) are wrapped anew by every grammar using them."""
         return self.dfa.digest
 
@@ -161,7 +163,7 @@ class Pushdown:
 def build_pushdown(grammar: Grammar, *, deadline: float | None = None) -> Pushdown:
     """Compile ``grammar`` to a :class:`Pushdown`, refusing undefined rules, rules that can never complete and
     left recursion (which a pushdown walk cannot close over) with a :class:`GrammarError` naming the rule.
-    ``deadline`` (a :func:`~constrain.automaton.compile_clock` value) refuses a grammar whose automata are still
+    ``deadline`` (a :func:`~constrain.automata.limits.compile_clock` value) refuses a grammar whose automata are still
     being built then."""
     if grammar.start not in grammar.rules:
         raise GrammarError(f"the start rule {grammar.start!r} is not defined")

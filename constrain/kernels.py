@@ -25,7 +25,7 @@ from typing import Any, Sequence
 import numba
 import numpy as np
 
-from .errors import ShapeError
+from constrain.errors import ShapeError
 
 __all__ = [
     "allocate_token_bitmask",

@@ -14,8 +14,8 @@ from collections.abc import Hashable
 import numpy as np
 from numba import njit
 
-from .automaton import ByteDFA
-from .vocab import Vocabulary
+from constrain.automata.dfa import ByteDFA
+from constrain.vocab import Vocabulary
 
 #: Automata with at most this many states get every mask computed at compile time.
 EAGER_STATES = 64

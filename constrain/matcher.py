@@ -12,10 +12,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .automaton import ByteDFA
-from .errors import ShapeError, TokenError
-from .masks import DEFAULT_CACHE_BYTES, MaskCache, StateMasks, walk_bytes
-from .vocab import Vocabulary
+from constrain.automata.dfa import ByteDFA
+from constrain.errors import ShapeError, TokenError
+from constrain.masks import DEFAULT_CACHE_BYTES, MaskCache, StateMasks, walk_bytes
+from constrain.vocab import Vocabulary
 
 #: The state a matcher is in after it accepted an end-of-sequence token.
 FINISHED = -2

@@ -48,9 +48,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .cache import cache_dir
-from .errors import ConstrainError
-from .tokenizers import gemma_gguf_path, load_gemma_tokenizer
+from constrain.cache import cache_dir
+from constrain.errors import ConstrainError
+from constrain.tokenizers import gemma_gguf_path, load_gemma_tokenizer
 
 if TYPE_CHECKING:
     import torch

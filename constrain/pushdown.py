@@ -24,13 +24,13 @@ from bisect import bisect_right
 import numpy as np
 from numba import njit
 
-from .automaton import ByteDFA, mix64
-from .cache import BoundedCache, cache_dir
-from .errors import StructureError
-from .grammar import Grammar, Pushdown, build_pushdown
-from .masks import DEFAULT_CACHE_BYTES, MaskCache
-from .matcher import CompiledStructure
-from .vocab import Vocabulary
+from constrain.automata.dfa import ByteDFA, mix64
+from constrain.cache import BoundedCache, cache_dir
+from constrain.errors import StructureError
+from constrain.grammar import Grammar, Pushdown, build_pushdown
+from constrain.masks import DEFAULT_CACHE_BYTES, MaskCache
+from constrain.matcher import CompiledStructure
+from constrain.vocab import Vocabulary
 
 #: A configuration: global states from the bottom frame to the top one.
 Stack = tuple[int, ...]
@@ -432,7 +432,7 @@ class LexicalMasks:
     """Local walks of lexical (call-free) rule states, one store per vocabulary, shared by every structure.
 
     A call-free state's walk depends only on its language cut at the trie's depth, so walks are keyed by
-    :func:`~constrain.automaton.bounded_language_hashes`: equal pieces in different schemas (a JSON string, a
+    :func:`~constrain.automata.dfa.bounded_language_hashes`: equal pieces in different schemas (a JSON string, a
     number, a date) share one walk, kept in memory and on disk under ``cache_dir("masks", ...)``.
 
     The store also composes new walks from old ones. Below the trie node of a first byte ``b``, a state's walk
@@ -568,7 +568,7 @@ class LexicalMasks:
         return entry
 
     def walk_without_words(self, dfa: ByteDFA, state: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """(words, pop ranges) of ``state`` of a DFA made by :meth:`~constrain.automaton.ByteDFA.without_words` (the
+        """(words, pop ranges) of ``state`` of a DFA made by :meth:`~constrain.automata.dfa.ByteDFA.without_words` (the
         keys of an object other than its properties), from the walk of the state it pairs with in the DFA the words
         were removed from (a plain string's, which every structure shares): the same but for the tokens that end
         exactly where a removed word does, and for the returns after them. Each new set of names would otherwise

@@ -51,7 +51,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .errors import ConstrainError, DeadEndError, ShapeError, TokenError
+from constrain.errors import ConstrainError, DeadEndError, ShapeError, TokenError
 
 __all__ = [
     "SamplingParams",
@@ -455,7 +455,7 @@ def _apply_bias_inplace(z: Any, rows: _Rows) -> None:
 def _apply_mask_inplace(z: Any, mask: Any, squeeze: bool) -> None:
     if mask is None:
         return
-    from . import kernels
+    from constrain import kernels
 
     if not (_is_tensor(mask) or isinstance(mask, np.ndarray)):
         mask = np.asarray(mask)

@@ -25,8 +25,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .cache import cache_dir
-from .errors import VocabularyError
+from constrain.cache import cache_dir
+from constrain.errors import VocabularyError
 
 __all__ = ["gemma_gguf_path", "load_gemma_tokenizer", "load_cl100k", "load_cl100k_byte_level"]
 

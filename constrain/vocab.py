@@ -56,8 +56,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 from numba import njit
 
-from .cache import cache_dir
-from .errors import TokenError, VocabularyError
+from constrain.cache import cache_dir
+from constrain.errors import TokenError, VocabularyError
 
 __all__ = [
     "Vocabulary",

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from constrain import collector
-from constrain.automaton import CompileTimeout, check_deadline, compile_clock, deadline
+from constrain.automata.limits import CompileTimeout, check_deadline, compile_clock, deadline
 from constrain.compilers.json_schema import compile_json_schema
 
 

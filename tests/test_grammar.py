@@ -12,10 +12,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from constrain.automaton import bounded_language_hashes
+from constrain.automata.dfa import bounded_language_hashes
 from constrain.compilers.json_schema import _STRING as STRING_PATTERN
 from constrain.compilers.json_schema import _key_except_dfa, compile_json_schema
-from constrain.compilers.regex import regex_to_dfa
+from constrain.automata.regex import regex_to_dfa
 from constrain.errors import RegexError
 from constrain.grammar import (
     Alt, Grammar, GrammarError, Literal, Ref, Regex, Repeat, Seq, build_pushdown, terminal_dfa,
@@ -293,7 +293,7 @@ def test_a_shared_member_is_built_once_and_the_automaton_stays_the_same(required
     """A member marked shared, read first or after a comma, is built once per target: its key is read on one
     path of the NFA (an unmarked member read both ways is built twice), and the rule's minimal DFA is the one the
     unmarked body gives, state for state."""
-    from constrain.automaton import ByteNFA
+    from constrain.automata.nfa import ByteNFA
     from constrain.grammar import _build
 
     def paths_reading_key(body, j):

@@ -72,7 +72,7 @@ def test_the_time_limit_running_out_inside_a_guarded_call_is_reported_as_the_tim
     text is compared with its automaton, used to come out as "cannot evaluate ..." or a silent fallback: the
     handlers there caught every Exception (or every StructureError, which CompileTimeout is). A pattern's search
     automaton is built where regex errors become refusals: the time limit must not become one."""
-    from constrain.automaton import deadline
+    from constrain.automata.limits import deadline
     from constrain.compilers import json_schema
 
     def expired(call):
@@ -213,7 +213,7 @@ def test_compiling_numba_kernels_is_not_charged_to_the_time_limit():
     clock time limits read leaves it out (a first compile used to be refused past ``time_limit``)."""
     from numba import njit
 
-    from constrain.automaton import CompileTimeout, check_deadline, compile_clock, deadline
+    from constrain.automata.limits import CompileTimeout, check_deadline, compile_clock, deadline
 
     @njit  # not cached: compiled on its first call, inside the limit below
     def fresh(x):
@@ -233,7 +233,7 @@ def test_compiling_numba_kernels_is_not_charged_to_the_time_limit():
 def test_a_time_limit_that_runs_out_is_noticed_within_a_millisecond_or_so():
     """The CPU clock is read at most once a millisecond of wall-clock time (each read is a system call); a limit
     that has run out is still noticed at the next look, and one already past at the first."""
-    from constrain.automaton import CompileTimeout, check_deadline, compile_clock, deadline
+    from constrain.automata.limits import CompileTimeout, check_deadline, compile_clock, deadline
 
     with deadline(compile_clock() - 1.0), pytest.raises(CompileTimeout):
         check_deadline()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from constrain.compilers.regex import compile_regex, regex_to_dfa
+from constrain.compilers.regex import compile_regex
+from constrain.automata.regex import regex_to_dfa
 from constrain.masks import StateMasks
 from constrain.vocab import Vocabulary
 

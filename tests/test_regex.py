@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 
 import numpy as np
 
-from constrain.automaton import ByteDFA, ByteNFA, utf8_sequences
-from constrain.compilers.regex import regex_to_dfa
+from constrain.automata.dfa import ByteDFA
+from constrain.automata.nfa import ByteNFA
+from constrain.automata.utf8 import utf8_sequences
+from constrain.automata.regex import regex_to_dfa
 from constrain.errors import RegexError
 
 # -- UTF-8 ranges -----------------------------------------------------------------------------------------------
@@ -204,8 +206,8 @@ def test_removing_words_needs_a_prefix_free_language_holding_them():
 def test_determinising_in_slices_builds_the_dfa_built_in_one_call(pattern, monkeypatch):
     """A subset construction larger than one slice of work is finished in slices, with the time limit looked at
     between them; the automaton is the one a single call builds."""
-    from constrain import automaton
-    from constrain.compilers.regex import add_regex
+    from constrain import automata as automaton
+    from constrain.automata.regex import add_regex
 
     def build():
         nfa = ByteNFA()
@@ -224,7 +226,7 @@ def test_determinising_in_slices_builds_the_dfa_built_in_one_call(pattern, monke
 
 
 def test_compile_kernels_readies_the_kernels_only_a_large_automaton_reaches():
-    from constrain import automaton
+    from constrain import automata as automaton
 
     automaton.compile_kernels()
     for kernel in (automaton._index_nfa, automaton._subset_construction, automaton._reduced_subsets):
@@ -234,7 +236,7 @@ def test_compile_kernels_readies_the_kernels_only_a_large_automaton_reaches():
 def test_a_slice_size_given_to_determinize_builds_the_same_dfa():
     nfa = ByteNFA()
     start, accept = nfa.new_state(), nfa.new_state()
-    from constrain.compilers.regex import add_regex
+    from constrain.automata.regex import add_regex
 
     add_regex(nfa, r"(foo|bar|baz){2,4}", start, accept)
     whole, in_slices = nfa.determinize(start, accept), nfa.determinize(start, accept, work_per_slice=3)

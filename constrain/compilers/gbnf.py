@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import re
 
-from ..automaton import MAX_CODE_POINT, SURROGATES, complement_ranges
-from ..grammar import Alt, Expr, Grammar, GrammarError, Literal, Ref, Regex, Repeat, Seq, build_pushdown
-from ..pushdown import GrammarStructure
-from ..vocab import Vocabulary
+from constrain.automata.utf8 import MAX_CODE_POINT, SURROGATES, complement_ranges
+from constrain.grammar import Alt, Expr, Grammar, GrammarError, Literal, Ref, Regex, Repeat, Seq, build_pushdown
+from constrain.pushdown import GrammarStructure
+from constrain.vocab import Vocabulary
 
 #: llama.cpp's MAX_REPETITION_THRESHOLD: the largest count accepted in ``{m,n}``.
 MAX_COUNT = 2000

@@ -117,15 +117,16 @@ from urllib.parse import quote, unquote, urljoin
 
 import numpy as np
 
-from ..cache import BoundedCache
-from ..errors import RegexError, StructureError
-from ..automaton import (
-    DEAD, ByteDFA, ByteNFA, CompileTimeout, check_deadline, column_classes, compile_clock, complement_ranges,
-    deadline, partial_dfa_blocks,
-)
-from ..grammar import Alt, Automaton, Expr, Grammar, Literal, Ref, Regex, Repeat, Seq, calls_of, shared, terminal_dfa
-from .metaschema import certainly_valid
-from .regex import regex_to_dfa
+from constrain.cache import BoundedCache
+from constrain.errors import RegexError, StructureError
+from constrain.automata.dfa import DEAD, ByteDFA
+from constrain.automata.nfa import ByteNFA
+from constrain.automata.limits import CompileTimeout, check_deadline, compile_clock, deadline
+from constrain.automata.minimize import column_classes, partial_dfa_blocks
+from constrain.automata.utf8 import complement_ranges
+from constrain.grammar import Alt, Automaton, Expr, Grammar, Literal, Ref, Regex, Repeat, Seq, calls_of, shared, terminal_dfa
+from constrain.compilers.metaschema import certainly_valid
+from constrain.automata.regex import regex_to_dfa
 
 __all__ = ["JsonSchemaError", "schema_to_grammar", "compile_json_schema"]
 
@@ -760,7 +761,7 @@ class _CDFA:
 @lru_cache(maxsize=256)
 def _key_except_dfa(names: tuple[str, ...]) -> ByteDFA:
     """JSON strings (quotes included) other than ``names``: the automaton of any JSON string less the names'
-    canonical encodings, built minimal in one kernel (:meth:`~constrain.automaton.ByteDFA.without_words`).
+    canonical encodings, built minimal in one kernel (:meth:`~constrain.automata.dfa.ByteDFA.without_words`).
     Linear in the names' length; shared per process, since the same objects recur across schemas."""
     words = []
     for name in names:
@@ -807,7 +808,7 @@ def _counted_chars(lo: int, hi: int | None, open_quote: bool, close_quote: bool)
     code (its minimal automaton accepts in one state with no edge out), so the counted language is that
     automaton copied once per count, each copy's accepting state being the next copy's start. The copies are
     told apart by the characters left to read, so the chain is minimal as built; it is only numbered breadth
-    first, as :meth:`~constrain.automaton.ByteDFA.reduced` numbers states. A 255-character bound (3,572 states)
+    first, as :meth:`~constrain.automata.dfa.ByteDFA.reduced` numbers states. A 255-character bound (3,572 states)
     takes a few milliseconds instead of a dozen. Shared per process (the same bounds recur), as an
     :class:`~constrain.grammar.Automaton` whose key is hashed once."""
     char = terminal_dfa(_CHAR)
@@ -4665,8 +4666,8 @@ def compile_json_schema(schema: Any, vocab, **options):
 
     ``options``: those of :func:`schema_to_grammar`, and ``cache_bytes`` for the mask cache. The structure's
     ``relaxations`` lists what lenient mode relaxed."""
-    from ..grammar import GrammarError
-    from ..pushdown import compile_grammar
+    from constrain.grammar import GrammarError
+    from constrain.pushdown import compile_grammar
 
     started = compile_clock()
     grammar_options = {k: options.pop(k) for k in list(options) if k in _GRAMMAR_OPTIONS}

@@ -49,13 +49,13 @@ from lark.exceptions import LarkError, UnexpectedInput
 from lark.grammar import Symbol
 from lark.lexer import PatternStr, TerminalDef
 
-from ..automaton import ByteNFA
-from ..errors import RegexError
-from ..grammar import Alt, Expr, Grammar, GrammarError, Literal, Ref, Regex, Repeat, Seq, build_pushdown
-from ..pushdown import GrammarStructure
-from ..vocab import Vocabulary
-from .gbnf import GrammarSyntaxError, escape_char
-from .regex import add_regex
+from constrain.automata.nfa import ByteNFA
+from constrain.errors import RegexError
+from constrain.grammar import Alt, Expr, Grammar, GrammarError, Literal, Ref, Regex, Repeat, Seq, build_pushdown
+from constrain.pushdown import GrammarStructure
+from constrain.vocab import Vocabulary
+from constrain.compilers.gbnf import GrammarSyntaxError, escape_char
+from constrain.automata.regex import add_regex
 
 __all__ = ["GrammarSyntaxError", "compile_lark", "lark_to_grammar"]
 

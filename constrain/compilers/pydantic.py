@@ -48,12 +48,12 @@ from pydantic.errors import PydanticUndefinedAnnotation, PydanticUserError
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
-from ..errors import StructureError
-from .json_schema import compile_json_schema
+from constrain.errors import StructureError
+from constrain.compilers.json_schema import compile_json_schema
 
 if TYPE_CHECKING:
-    from ..pushdown import GrammarStructure
-    from ..vocab import Vocabulary
+    from constrain.pushdown import GrammarStructure
+    from constrain.vocab import Vocabulary
 
 __all__ = ["PydanticSchemaError", "compile_pydantic", "parse", "pydantic_schema"]
 

@@ -73,11 +73,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from ..cache import cache_dir
-from ..errors import ConstrainError, DeadEndError, ShapeError, TokenError, VocabularyError
-from ..kernels import apply_token_bitmask
-from ..matcher import CompiledStructure, Matcher
-from ..vocab import NON_TEXT_ADDED_TOKENS, Vocabulary
+from constrain.cache import cache_dir
+from constrain.errors import ConstrainError, DeadEndError, ShapeError, TokenError, VocabularyError
+from constrain.kernels import apply_token_bitmask
+from constrain.matcher import CompiledStructure, Matcher
+from constrain.vocab import NON_TEXT_ADDED_TOKENS, Vocabulary
 
 if TYPE_CHECKING:
     from llama_cpp import Llama, LogitsProcessorList
@@ -551,7 +551,7 @@ def processor_for_llama(
 
 
 def _compile_for(llm: Any, pattern: str, tokenizer: Any) -> CompiledStructure:
-    from ..compilers.regex import compile_regex
+    from constrain.compilers.regex import compile_regex
 
     if tokenizer is not None:
         return compile_regex(pattern, vocabulary_from_llama(llm, tokenizer))

@@ -19,10 +19,10 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from ..errors import DeadEndError, ShapeError, VocabularyError
-from ..kernels import allocate_token_bitmask, apply_token_bitmask
-from ..matcher import CompiledStructure, Matcher
-from ..vocab import Vocabulary
+from constrain.errors import DeadEndError, ShapeError, VocabularyError
+from constrain.kernels import allocate_token_bitmask, apply_token_bitmask
+from constrain.matcher import CompiledStructure, Matcher
+from constrain.vocab import Vocabulary
 
 
 class StructureLogitsProcessor:

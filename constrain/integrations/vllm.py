@@ -35,10 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ShapeError, StructureError, TokenError, VocabularyError
-from ..kernels import apply_token_bitmask
-from ..matcher import CompiledStructure
-from ..vocab import Vocabulary
+from constrain.errors import ShapeError, StructureError, TokenError, VocabularyError
+from constrain.kernels import apply_token_bitmask
+from constrain.matcher import CompiledStructure
+from constrain.vocab import Vocabulary
 
 logger = logging.getLogger(__name__)
 
@@ -166,13 +166,13 @@ def compile_structure(request_type: Any, grammar_spec: Any, vocab: Vocabulary) -
     kind = _request_type(request_type)
     name = kind.name
     if kind is RequestType.REGEX:
-        from ..compilers.regex import compile_regex
+        from constrain.compilers.regex import compile_regex
 
         if not isinstance(grammar_spec, str):
             raise StructureError(f"a REGEX request needs the pattern as a string, got {type(grammar_spec).__name__}")
         return compile_regex(grammar_spec, vocab)
     if kind is RequestType.CHOICE:
-        from ..compilers.regex import compile_regex
+        from constrain.compilers.regex import compile_regex
 
         return compile_regex(choice_regex(_load_json(grammar_spec, name)), vocab)
     if kind is RequestType.JSON:
@@ -592,7 +592,7 @@ def structure_request(extra_args: Mapping[str, Any] | None) -> tuple[RequestType
 def _check_json_schema(spec: str) -> None:
     """Lower a JSON request's schema to a grammar (no vocabulary needed): JsonSchemaError, a StructureError, for a
     schema the compile would refuse. Cached per schema text: admission sees the same schemas again and again."""
-    from ..compilers.json_schema import schema_to_grammar
+    from constrain.compilers.json_schema import schema_to_grammar
 
     schema_to_grammar(_load_json(spec, "JSON"))
 
@@ -683,7 +683,7 @@ class _StructureLogitsProcessorImpl:
         if request is None:
             return
         kind, spec = request
-        from ..compilers.regex import regex_to_dfa
+        from constrain.automata.regex import regex_to_dfa
 
         if kind is RequestType.REGEX:
             regex_to_dfa(spec)
