@@ -34,7 +34,7 @@ from constrain.compilers.regex import compile_regex
 from constrain.automata.regex import regex_to_dfa
 from constrain.kernels import allocate_token_bitmask
 from constrain.tokenizers import load_gemma_tokenizer
-from constrain.vocab import Vocabulary
+from constrain.vocab.vocabulary import Vocabulary
 
 
 def benchmark_regexes() -> dict[str, str]:

@@ -53,7 +53,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from constrain.tokenizers import load_cl100k, load_gemma_tokenizer
-    from constrain.vocab import Vocabulary
+    from constrain.vocab.vocabulary import Vocabulary
 
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
     print(f"machine: {platform.platform()} | {platform.processor() or platform.machine()} | "

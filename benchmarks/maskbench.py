@@ -582,7 +582,7 @@ def worker_main(engine_name: str, fd_in: int, fd_out: int, args: dict[str, Any])
         tokenizer = vocab = None
         if engine.needs_tokenizer:
             from constrain.tokenizers import load_gemma_tokenizer
-            from constrain.vocab import Vocabulary
+            from constrain.vocab.vocabulary import Vocabulary
 
             tokenizer = load_gemma_tokenizer()
             vocab = Vocabulary.from_tokenizer(tokenizer)
@@ -1165,7 +1165,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("no schema selected")
 
     from constrain.tokenizers import load_gemma_tokenizer
-    from constrain.vocab import Vocabulary
+    from constrain.vocab.vocabulary import Vocabulary
 
     tokenizer = load_gemma_tokenizer()
     vocab = Vocabulary.from_tokenizer(tokenizer)

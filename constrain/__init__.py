@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from constrain.kernels import allocate_token_bitmask, apply_token_bitmask, bitmask_to_bool, bool_to_bitmask
     from constrain.matcher import CompiledStructure, Matcher
     from constrain.sampling import Sampler, SamplingParams
-    from constrain.vocab import Vocabulary
+    from constrain.vocab.vocabulary import Vocabulary
 
 
 def __getattr__(name: str):

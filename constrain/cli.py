@@ -22,7 +22,7 @@ def demo(args: argparse.Namespace) -> int:
     from constrain.compilers.regex import compile_regex
     from constrain.integrations.transformers import StructureLogitsProcessor
     from constrain.models import default_eos_ids, load_default_model
-    from constrain.vocab import Vocabulary
+    from constrain.vocab.vocabulary import Vocabulary
 
     t0 = time.perf_counter()
     model, tokenizer = load_default_model()

@@ -15,7 +15,7 @@ import numpy as np
 from numba import njit
 
 from constrain.automata.dfa import ByteDFA
-from constrain.vocab import Vocabulary
+from constrain.vocab.vocabulary import Vocabulary
 
 #: Automata with at most this many states get every mask computed at compile time.
 EAGER_STATES = 64

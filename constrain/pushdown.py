@@ -30,7 +30,7 @@ from constrain.errors import StructureError
 from constrain.grammar import Grammar, Pushdown, build_pushdown
 from constrain.masks import DEFAULT_CACHE_BYTES, MaskCache
 from constrain.matcher import CompiledStructure
-from constrain.vocab import Vocabulary
+from constrain.vocab.vocabulary import Vocabulary
 
 #: A configuration: global states from the bottom frame to the top one.
 Stack = tuple[int, ...]

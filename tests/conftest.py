@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from constrain.tokenizers import load_cl100k, load_gemma_tokenizer
-from constrain.vocab import Vocabulary
+from constrain.vocab.vocabulary import Vocabulary
 
 
 @pytest.fixture(scope="session")

@@ -381,7 +381,7 @@ def run_entry(entry: dict[str, Any], tokenizer: Any, vocab: Any, timeout: float 
 
 def load_gemma() -> tuple[Any, Any]:
     from constrain.tokenizers import load_gemma_tokenizer
-    from constrain.vocab import Vocabulary
+    from constrain.vocab.vocabulary import Vocabulary
 
     tokenizer = load_gemma_tokenizer()
     return tokenizer, Vocabulary.from_tokenizer(tokenizer)

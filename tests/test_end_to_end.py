@@ -26,7 +26,7 @@ from constrain.grammar import Grammar, GrammarError, Literal, Ref, Seq
 from constrain.integrations.transformers import StructureLogitsProcessor
 from constrain.models import load_default_model
 from constrain.pushdown import compile_grammar
-from constrain.vocab import Vocabulary
+from constrain.vocab.vocabulary import Vocabulary
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ from constrain import grammars
 from constrain.compilers.gbnf import GrammarSyntaxError, compile_gbnf, gbnf_to_grammar
 from constrain.grammar import GrammarError
 from constrain.integrations.vllm import RequestType, compile_structure
-from constrain.vocab import Vocabulary
+from constrain.vocab.vocabulary import Vocabulary
 
 EOS = 256
 BYTES = Vocabulary.from_token_bytes([bytes([b]) for b in range(256)], eos_ids=[EOS])

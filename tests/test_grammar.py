@@ -23,7 +23,7 @@ from constrain.grammar import (
 from constrain.masks import walk_bytes, walk_trie
 from constrain import pushdown
 from constrain.pushdown import DepthError, LexicalMasks, Machine, compile_grammar
-from constrain.vocab import Vocabulary
+from constrain.vocab.vocabulary import Vocabulary
 
 
 def comma_list(item):

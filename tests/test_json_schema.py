@@ -1088,7 +1088,7 @@ def _mutations(value, depth: int = 0) -> list:
 
 
 def test_compile_json_schema_on_a_synthetic_vocabulary():
-    from constrain.vocab import Vocabulary
+    from constrain.vocab.vocabulary import Vocabulary
 
     pieces = [bytes([c]) for c in range(256)] + [b'{"', b'":', b'","', b'"}', b"true", b"12", b"ab", b"\xc3\xa9"]
     vocab = Vocabulary.from_token_bytes(pieces, eos_ids=[len(pieces)])

@@ -21,7 +21,7 @@ from constrain.compilers.gbnf import GrammarSyntaxError
 from constrain.compilers.lark import _LEXER_LANGUAGE, compile_lark, lark_to_grammar
 from constrain.grammar import GrammarError
 from constrain.integrations.vllm import RequestType, compile_structure
-from constrain.vocab import Vocabulary
+from constrain.vocab.vocabulary import Vocabulary
 
 EOS = 256
 BYTES = Vocabulary.from_token_bytes([bytes([b]) for b in range(256)], eos_ids=[EOS])

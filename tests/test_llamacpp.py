@@ -21,7 +21,7 @@ from constrain.integrations.llamacpp import (
     processor_for_llama,
     vocabulary_from_llama,
 )
-from constrain.vocab import Vocabulary
+from constrain.vocab.vocabulary import Vocabulary
 
 # ------------------------------------------------------------------------------------------ synthetic processor
 

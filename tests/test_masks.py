@@ -8,7 +8,7 @@ import pytest
 from constrain.compilers.regex import compile_regex
 from constrain.automata.regex import regex_to_dfa
 from constrain.masks import StateMasks
-from constrain.vocab import Vocabulary
+from constrain.vocab.vocabulary import Vocabulary
 
 REGEXES = [
     r"[a-zA-Z0-9._%+-]+@[a-zA-Z0-9.-]+\.[a-zA-Z]{2,}",

@@ -23,7 +23,7 @@ from jsonschema import validators
 
 from constrain.compilers.json_schema import JsonSchemaError, _Document, compile_json_schema, schema_to_grammar
 from constrain.compilers.metaschema import MAX_DEPTH, certainly_valid
-from constrain.vocab import Vocabulary
+from constrain.vocab.vocabulary import Vocabulary
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 MASKBENCH = DATA / "maskbench-dev.jsonl.gz"

@@ -13,7 +13,7 @@ from constrain.compilers.regex import compile_regex
 from constrain.errors import DeadEndError, ShapeError, VocabularyError
 from constrain.integrations.transformers import StructureLogitsProcessor
 from constrain.models import default_eos_ids, load_default_model
-from constrain.vocab import Vocabulary
+from constrain.vocab.vocabulary import Vocabulary
 
 pytestmark = pytest.mark.slow
 

@@ -38,7 +38,7 @@ from constrain.integrations.vllm import (
     structure_request,
 )
 from constrain.kernels import allowed_token_ids
-from constrain.vocab import Vocabulary
+from constrain.vocab.vocabulary import Vocabulary
 
 # ------------------------------------------------------------------------------------------------------------
 # a small vocabulary: every byte, a few longer tokens, two end-of-sequence ids and a special token

@@ -18,7 +18,9 @@ import pytest
 
 from constrain.errors import TokenError, VocabularyError
 from constrain.tokenizers import load_cl100k, load_cl100k_byte_level, load_gemma_tokenizer
-from constrain.vocab import NON_TEXT_ADDED_TOKENS, TokenTrie, Vocabulary, bytes_to_unicode
+from constrain.vocab.readers import NON_TEXT_ADDED_TOKENS, bytes_to_unicode
+from constrain.vocab.trie import TokenTrie
+from constrain.vocab.vocabulary import Vocabulary
 
 # ------------------------------------------------------------------------------------------------ fixtures
 

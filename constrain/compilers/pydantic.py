@@ -53,7 +53,7 @@ from constrain.compilers.json_schema import compile_json_schema
 
 if TYPE_CHECKING:
     from constrain.pushdown import GrammarStructure
-    from constrain.vocab import Vocabulary
+    from constrain.vocab.vocabulary import Vocabulary
 
 __all__ = ["PydanticSchemaError", "compile_pydantic", "parse", "pydantic_schema"]
 

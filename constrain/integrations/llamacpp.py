@@ -51,7 +51,7 @@ How llama-cpp-python (0.3.x) calls a processor, and what this module does with i
   ``input_ids`` and still passes the processor every evaluated draft token, so the position being sampled is
   unknown; :func:`processor_for_llama` refuses such a model.
 
-Vocabulary (:func:`vocabulary_from_llama`): a constrain :class:`~constrain.vocab.Vocabulary` must give every id
+Vocabulary (:func:`vocabulary_from_llama`): a constrain :class:`~constrain.vocab.vocabulary.Vocabulary` must give every id
 the bytes llama.cpp gives it. By default it is read from llama.cpp itself (``llama_token_to_piece`` without
 special rendering, the token attributes, ``llama_vocab_is_eog``), which is exact for any GGUF; it is cached on disk
 under a key of the GGUF file (path, size, modification time) and in memory per model. Given a ``tokenizer``
@@ -77,7 +77,8 @@ from constrain.cache import cache_dir
 from constrain.errors import ConstrainError, DeadEndError, ShapeError, TokenError, VocabularyError
 from constrain.kernels import apply_token_bitmask
 from constrain.matcher import CompiledStructure, Matcher
-from constrain.vocab import NON_TEXT_ADDED_TOKENS, Vocabulary
+from constrain.vocab.readers import NON_TEXT_ADDED_TOKENS
+from constrain.vocab.vocabulary import Vocabulary
 
 if TYPE_CHECKING:
     from llama_cpp import Llama, LogitsProcessorList

@@ -38,7 +38,7 @@ import numpy as np
 from constrain.errors import ShapeError, StructureError, TokenError, VocabularyError
 from constrain.kernels import apply_token_bitmask
 from constrain.matcher import CompiledStructure
-from constrain.vocab import Vocabulary
+from constrain.vocab.vocabulary import Vocabulary
 
 logger = logging.getLogger(__name__)
 
