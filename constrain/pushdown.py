@@ -1,4 +1,4 @@
-"""Running a :class:`~constrain.grammar.Pushdown`: configurations, reading bytes, and token masks.
+"""Running a :class:`~constrain.grammar.ir.Pushdown`: configurations, reading bytes, and token masks.
 
 A *configuration* is a stack of frames, bottom first, each frame a global automaton state (all rule DFAs are
 numbered in one space). The top frame is where reading happens; a frame below it holds the state its rule
@@ -27,7 +27,8 @@ from numba import njit
 from constrain.automata.dfa import ByteDFA, mix64
 from constrain.cache import BoundedCache, cache_dir
 from constrain.errors import StructureError
-from constrain.grammar import Grammar, Pushdown, build_pushdown
+from constrain.grammar.ir import Grammar, Pushdown
+from constrain.grammar.rules import build_pushdown
 from constrain.masks import DEFAULT_CACHE_BYTES, MaskCache
 from constrain.matcher import CompiledStructure
 from constrain.vocab.vocabulary import Vocabulary
@@ -848,7 +849,7 @@ class GrammarStructure(CompiledStructure):
 
 def compile_grammar(grammar: Grammar, vocab: Vocabulary, *, deadline: float | None = None, **options) -> GrammarStructure:
     """Compile a grammar (the IR of :mod:`constrain.grammar`) for ``vocab``; ``options``: ``cache_bytes``;
-    ``deadline``: see :func:`~constrain.grammar.build_pushdown`."""
+    ``deadline``: see :func:`~constrain.grammar.rules.build_pushdown`."""
     return GrammarStructure(build_pushdown(grammar, deadline=deadline), vocab, source=grammar.start, **options)
 
 

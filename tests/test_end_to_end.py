@@ -22,7 +22,7 @@ import constrain
 from constrain.compilers.json_schema import JsonSchemaError, compile_json_schema
 from constrain.compilers.regex import compile_regex
 from constrain.errors import DeadEndError, RegexError, ShapeError, TokenError, VocabularyError
-from constrain.grammar import Grammar, GrammarError, Literal, Ref, Seq
+from constrain.grammar.ir import Grammar, GrammarError, Literal, Ref, Seq
 from constrain.integrations.transformers import StructureLogitsProcessor
 from constrain.models import load_default_model
 from constrain.pushdown import compile_grammar

@@ -14,7 +14,7 @@ import pytest
 
 from constrain import grammars
 from constrain.compilers.gbnf import GrammarSyntaxError, compile_gbnf, gbnf_to_grammar
-from constrain.grammar import GrammarError
+from constrain.grammar.ir import GrammarError
 from constrain.integrations.vllm import RequestType, compile_structure
 from constrain.vocab.vocabulary import Vocabulary
 

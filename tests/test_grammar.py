@@ -17,9 +17,8 @@ from constrain.compilers.json_schema import _STRING as STRING_PATTERN
 from constrain.compilers.json_schema import _key_except_dfa, compile_json_schema
 from constrain.automata.regex import regex_to_dfa
 from constrain.errors import RegexError
-from constrain.grammar import (
-    Alt, Grammar, GrammarError, Literal, Ref, Regex, Repeat, Seq, build_pushdown, terminal_dfa,
-)  # fmt: skip
+from constrain.grammar.ir import Alt, Grammar, GrammarError, Literal, Ref, Regex, Repeat, Seq
+from constrain.grammar.rules import build_pushdown, terminal_dfa
 from constrain.masks import walk_bytes, walk_trie
 from constrain import pushdown
 from constrain.pushdown import DepthError, LexicalMasks, Machine, compile_grammar
@@ -262,7 +261,7 @@ def _refs_in_order(expr, out):
 def test_a_bodys_calls_are_listed_in_order_of_first_appearance_where_subtrees_are_shared(a, b):
     """collect_refs keeps each composite's calls on it: a subtree shared by several bodies (the rules every schema
     shares) answers from what it kept, in the order a walk of each body meets its calls."""
-    from constrain.grammar import collect_refs
+    from constrain.grammar.ir import collect_refs
 
     bodies = list(a.rules.values()) + list(b.rules.values())
     shared = [Seq((x, y)) for x in bodies for y in bodies] + [Alt((x, Repeat(x, 1, 2))) for x in bodies]
@@ -275,7 +274,7 @@ def test_a_bodys_calls_are_listed_in_order_of_first_appearance_where_subtrees_ar
 def _member_lists(required: list[bool], mark_shared: bool):
     """An object-like body as the JSON Schema compiler writes it: each option a flat sequence of one member and
     the members after it, each later member after a comma, optional unless required."""
-    from constrain.grammar import shared
+    from constrain.grammar.ir import shared
 
     members = [Seq((Literal(f'"k{j}":'), Ref("v"))) for j in range(len(required))]
     if mark_shared:
@@ -294,7 +293,7 @@ def test_a_shared_member_is_built_once_and_the_automaton_stays_the_same(required
     path of the NFA (an unmarked member read both ways is built twice), and the rule's minimal DFA is the one the
     unmarked body gives, state for state."""
     from constrain.automata.nfa import ByteNFA
-    from constrain.grammar import _build
+    from constrain.grammar.rules import _build
 
     def paths_reading_key(body, j):
         nfa = ByteNFA()
@@ -331,7 +330,7 @@ def test_hoisting_moves_each_terminal_of_a_calling_rule_into_a_rule_of_its_own(g
     """Hoisting (in the rules that call others) keeps its answer on each composite: bodies that share subtrees,
     hoisted again in another grammar, get what a plain walk gives, and a body without terminals is handed back as
     the same object."""
-    from constrain.grammar import _hoist_terminals
+    from constrain.grammar.rules import _hoist_terminals
 
     terminals = [Regex(p) for p in patterns]
     bodies = {name: Seq((body, terminals[i % len(terminals)])) for i, (name, body) in enumerate(grammar.rules.items())}

@@ -33,7 +33,8 @@ from constrain.compilers.json_schema import (
     schema_to_grammar,
 )
 from constrain.errors import StructureError
-from constrain.grammar import Automaton, Literal, Regex, Repeat, Seq, _build_rule_dfa, build_pushdown
+from constrain.grammar.ir import Automaton, Literal, Regex, Repeat, Seq
+from constrain.grammar.rules import _build_rule_dfa, build_pushdown
 from constrain.pushdown import Machine
 
 SUITE = (
@@ -891,7 +892,7 @@ def test_json_schema_test_suite():
 def test_encoded_format_regexes_mean_the_decoded_formats():
     from constrain.compilers.json_schema import _FORMATS, _FORMATS_ENCODED
 
-    from constrain.grammar import terminal_dfa
+    from constrain.grammar.rules import terminal_dfa
 
     for name, decoded in _FORMATS.items():
         direct = terminal_dfa(f'"(?:{_FORMATS_ENCODED[name]})"')

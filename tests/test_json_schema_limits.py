@@ -102,7 +102,7 @@ def _check_against_jsonschema(schema: dict, instances: list) -> None:
 
     import jsonschema
 
-    from constrain.grammar import build_pushdown
+    from constrain.grammar.rules import build_pushdown
     from constrain.pushdown import Machine
 
     started = time.process_time()

@@ -19,7 +19,7 @@ import pytest
 from constrain import grammars
 from constrain.compilers.gbnf import GrammarSyntaxError
 from constrain.compilers.lark import _LEXER_LANGUAGE, compile_lark, lark_to_grammar
-from constrain.grammar import GrammarError
+from constrain.grammar.ir import GrammarError
 from constrain.integrations.vllm import RequestType, compile_structure
 from constrain.vocab.vocabulary import Vocabulary
 

@@ -15,7 +15,7 @@ that matches nothing, a reversed range, surrogate code points (UTF-8 text cannot
 leave them out), counts above 2000 (llama.cpp refuses a larger minimum but silently turns a larger maximum
 into "unbounded"), and token references ``<[id]>`` ``<token>`` ``!<...>``, which depend on one tokenizer.
 Undefined rules and left recursion (which llama.cpp refuses too) are reported by
-:func:`~constrain.grammar.build_pushdown` with the rule's name.
+:func:`~constrain.grammar.rules.build_pushdown` with the rule's name.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from __future__ import annotations
 import re
 
 from constrain.automata.utf8 import MAX_CODE_POINT, SURROGATES, complement_ranges
-from constrain.grammar import Alt, Expr, Grammar, GrammarError, Literal, Ref, Regex, Repeat, Seq, build_pushdown
+from constrain.grammar.ir import Alt, Expr, Grammar, GrammarError, Literal, Ref, Regex, Repeat, Seq
+from constrain.grammar.rules import build_pushdown
 from constrain.pushdown import GrammarStructure
 from constrain.vocab.vocabulary import Vocabulary
 

@@ -1,6 +1,6 @@
 r"""JSON Schema (draft 2020-12, plus the draft-07 / draft-04 spellings) to the grammar IR.
 
-:func:`schema_to_grammar` lowers a schema to a :class:`~constrain.grammar.Grammar` (and lists what lenient mode
+:func:`schema_to_grammar` lowers a schema to a :class:`~constrain.grammar.ir.Grammar` (and lists what lenient mode
 relaxed); :func:`compile_json_schema` compiles it for a vocabulary. The language is JSON text whose value the schema
 accepts, in a canonical form (below). Each (sub)schema, keyed by its JSON pointer (a set of pointers once ``allOf``
 / ``$ref`` / branches are merged), becomes one rule, so ``$ref`` cycles are rule calls; the lexical pieces (a JSON
@@ -124,7 +124,8 @@ from constrain.automata.nfa import ByteNFA
 from constrain.automata.limits import CompileTimeout, check_deadline, compile_clock, deadline
 from constrain.automata.minimize import column_classes, partial_dfa_blocks
 from constrain.automata.utf8 import complement_ranges
-from constrain.grammar import Alt, Automaton, Expr, Grammar, Literal, Ref, Regex, Repeat, Seq, calls_of, shared, terminal_dfa
+from constrain.grammar.ir import Alt, Automaton, Expr, Grammar, Literal, Ref, Regex, Repeat, Seq, calls_of, shared
+from constrain.grammar.rules import terminal_dfa
 from constrain.compilers.metaschema import certainly_valid
 from constrain.automata.regex import regex_to_dfa
 
@@ -810,7 +811,7 @@ def _counted_chars(lo: int, hi: int | None, open_quote: bool, close_quote: bool)
     told apart by the characters left to read, so the chain is minimal as built; it is only numbered breadth
     first, as :meth:`~constrain.automata.dfa.ByteDFA.reduced` numbers states. A 255-character bound (3,572 states)
     takes a few milliseconds instead of a dozen. Shared per process (the same bounds recur), as an
-    :class:`~constrain.grammar.Automaton` whose key is hashed once."""
+    :class:`~constrain.grammar.ir.Automaton` whose key is hashed once."""
     char = terminal_dfa(_CHAR)
     (accept,) = np.flatnonzero(char.accepting)
     inner = np.delete(np.arange(char.num_states), accept)  # a copy's states: all but the accepting one
@@ -4666,7 +4667,7 @@ def compile_json_schema(schema: Any, vocab, **options):
 
     ``options``: those of :func:`schema_to_grammar`, and ``cache_bytes`` for the mask cache. The structure's
     ``relaxations`` lists what lenient mode relaxed."""
-    from constrain.grammar import GrammarError
+    from constrain.grammar.ir import GrammarError
     from constrain.pushdown import compile_grammar
 
     started = compile_clock()

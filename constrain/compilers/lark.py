@@ -27,7 +27,7 @@ write such a comment with its line break, ``/#[^\\n]*\\n/``, to make it exact.
 
 Left recursion, common in lark grammars (``sum: sum "+" product | product``) and made by lark itself for
 ``*`` and ``+``, is rewritten when direct: ``a: a x | y`` becomes ``a: y x*``. Indirect left recursion is refused
-by :func:`~constrain.grammar.build_pushdown`, naming the rules of the cycle.
+by :func:`~constrain.grammar.rules.build_pushdown`, naming the rules of the cycle.
 
 Refused: ``%declare``d terminals (a custom lexer makes them), lazy and possessive quantifiers in terminal regexes
 (lark's lexer then stops at the shortest match, so the terminal's language is not that of its regex; write the
@@ -51,7 +51,8 @@ from lark.lexer import PatternStr, TerminalDef
 
 from constrain.automata.nfa import ByteNFA
 from constrain.errors import RegexError
-from constrain.grammar import Alt, Expr, Grammar, GrammarError, Literal, Ref, Regex, Repeat, Seq, build_pushdown
+from constrain.grammar.ir import Alt, Expr, Grammar, GrammarError, Literal, Ref, Regex, Repeat, Seq
+from constrain.grammar.rules import build_pushdown
 from constrain.pushdown import GrammarStructure
 from constrain.vocab.vocabulary import Vocabulary
 from constrain.compilers.gbnf import GrammarSyntaxError, escape_char

@@ -1,4 +1,4 @@
-"""The grammar IR, and its compilation to a pushdown automaton: one small byte DFA per rule, with call edges.
+"""A grammar compiled to a pushdown automaton: one small byte DFA per rule, with call edges.
 
 Every structure compiler (JSON Schema, Lark, GBNF, tools) lowers to a :class:`Grammar`: named rules whose bodies
 combine terminals (literal bytes, regexes) with sequences, alternatives, repetitions and references to other
@@ -12,152 +12,32 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from contextlib import nullcontext
-from dataclasses import dataclass
 from functools import lru_cache
-from typing import Union
-
-import numpy as np
 
 from constrain.automata.dfa import ByteDFA
-from constrain.automata.nfa import ByteNFA
 from constrain.automata.limits import CompileTimeout
 from constrain.automata.limits import deadline as deadline_of
-from constrain.cache import BoundedCache
+from constrain.automata.nfa import ByteNFA
 from constrain.automata.regex import add_regex
-from constrain.errors import StructureError
-
-
-class GrammarError(StructureError):
-    """A grammar is malformed (an undefined rule, left recursion, a rule that can never complete)."""
-
-
-@dataclass(frozen=True)
-class Literal:
-    """Exactly these bytes (a ``str`` is taken as its UTF-8 encoding)."""
-
-    value: bytes | str
-
-
-@dataclass(frozen=True)
-class Regex:
-    """Any full match of a regex (the subset of :mod:`constrain.compilers.regex`, without anchors)."""
-
-    pattern: str
-
-
-@dataclass(frozen=True)
-class Ref:
-    """One match of another rule."""
-
-    rule: str
-
-
-#: What a composite expression keeps about itself once computed (not pickled: hashes of str differ by process).
-_DERIVED = frozenset({"_hash", "_refs", "_terminals", "_hoisted", "_dfa"})
-
-
-class _CachedHash:
-    """Composite expressions are deep trees used as cache keys (rule DFAs by body, shared suffixes): their hash
-    is computed once, not walked again on every lookup."""
-
-    def __hash__(self) -> int:
-        cached = self.__dict__.get("_hash")
-        if cached is None:
-            if type(self) is Repeat:
-                cached = hash(("Repeat", self.item, self.min, self.max))
-            else:
-                cached = hash((type(self).__name__, self.items))
-            object.__setattr__(self, "_hash", cached)
-        return cached
-
-    def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k not in _DERIVED}  # str hashes differ across processes
-
-
-@dataclass(frozen=True, eq=True)
-class Seq(_CachedHash):
-    items: tuple[Expr, ...]
-
-    __hash__ = _CachedHash.__hash__
-
-
-@dataclass(frozen=True, eq=True)
-class Alt(_CachedHash):
-    items: tuple[Expr, ...]
-
-    __hash__ = _CachedHash.__hash__
-
-
-@dataclass(frozen=True, eq=True)
-class Repeat(_CachedHash):
-    """``item`` between ``min`` and ``max`` times (``max=None``: unbounded)."""
-
-    item: Expr
-    min: int = 0
-    max: int | None = None
-
-    __hash__ = _CachedHash.__hash__
-
-
-class Automaton:
-    """Any string a call-free :class:`~constrain.automata.dfa.ByteDFA` accepts: what a compiler that combines
-    constraints as automata (a pattern with a length bound, keys other than some names) hands over directly,
-    instead of writing the automaton back as a regex to be parsed again. Equal when the automata are equal state
-    for state (they are minimised, so equal languages compare equal up to state numbering)."""
-
-    __slots__ = ("dfa",)
-
-    def __init__(self, dfa: ByteDFA):
-        if dfa.callees:
-            raise GrammarError("an Automaton must not call rules")
-        self.dfa = dfa
-
-    @property
-    def _key(self) -> bytes:
-        """The table's digest, kept on the DFA (:attr:`~constrain.automata.dfa.ByteDFA.digest`): the automata compilers
-        share per process (keys other than some names, patterns) are wrapped anew by every grammar using them."""
-        return self.dfa.digest
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Automaton) and self._key == other._key
-
-    def __hash__(self) -> int:
-        return hash(self._key)
-
-    def __repr__(self) -> str:
-        return f"Automaton({self.dfa.num_states} states, {self._key.hex()[:12]})"
-
-
-Expr = Union[Literal, Regex, Ref, Seq, Alt, Repeat, Automaton]
-
-
-def shared(expr: Seq | Alt) -> Seq | Alt:
-    """Mark ``expr`` as one that a rule body reaches in several ways (a DAG, not a tree): its automaton is built
-    once per target state and entered from each of them, rather than built again for each. The mark changes
-    neither the language nor equality; it only keeps such a body's automaton, and its determinisation, small."""
-    object.__setattr__(expr, "_shared", True)
-    return expr
-
-
-@dataclass(frozen=True)
-class Grammar:
-    """Named rules; the text must be one match of ``start``."""
-
-    rules: Mapping[str, Expr]
-    start: str
-
-
-@dataclass(frozen=True, eq=False)
-class Pushdown:
-    """A compiled grammar: ``rules[i]`` is rule ``names[i]``'s DFA (rule 0 is the start); call edges name rules
-    by index. Runtime configurations are stacks of (rule, state) frames; see :mod:`constrain.pushdown`."""
-
-    names: tuple[str, ...]
-    rules: tuple[ByteDFA, ...]
-
-    @property
-    def num_states(self) -> int:
-        return sum(dfa.num_states for dfa in self.rules)
+from constrain.cache import BoundedCache
+from constrain.grammar.checks import _check_left_recursion, _check_productive
+from constrain.grammar.ir import (
+    Alt,
+    Automaton,
+    Expr,
+    Grammar,
+    GrammarError,
+    Literal,
+    Pushdown,
+    Ref,
+    Regex,
+    Repeat,
+    Seq,
+    _CachedHash,
+    _has_terminals,
+    calls_of,
+    collect_refs,
+)
 
 
 def build_pushdown(grammar: Grammar, *, deadline: float | None = None) -> Pushdown:
@@ -220,7 +100,7 @@ def _hoist_terminals(grammar: Grammar) -> Grammar:
 
     A regex (a string body, a number) is where a rule reads widely; as its own call-free rule its states are
     lexical, so their walks are shared by every structure over the vocabulary (see
-    :class:`~constrain.pushdown.LexicalMasks`), and the calling rule itself reads only its literals.
+    :class:`~constrain.runtime.lexical.LexicalMasks`), and the calling rule itself reads only its literals.
     """
     rules = dict(grammar.rules)
     hoisted: dict[str, Expr] = {}
@@ -299,71 +179,6 @@ def _build_rule_dfa(body: Expr) -> tuple[ByteDFA, tuple[str, ...]]:
     for array in (dfa.trans, dfa.accepting, dfa.calls):
         array.flags.writeable = False
     return dfa, tuple(called)
-
-
-def collect_refs(expr: Expr, out: dict[str, int]) -> dict[str, int]:
-    """Add the rules ``expr`` calls to ``out`` (name -> order of first appearance); returns ``out``."""
-    for rule in calls_of(expr):
-        out.setdefault(rule, len(out))
-    return out
-
-
-def calls_of(expr: Expr) -> tuple[str, ...]:
-    """The rules ``expr`` calls, in order of first appearance. Kept on a composite expression: the rules every
-    schema shares are the same objects in every grammar, and a subtree met again costs a lookup."""
-    if isinstance(expr, Ref):
-        return (expr.rule,)
-    if not isinstance(expr, (Seq, Alt, Repeat)):
-        return ()
-    refs = expr.__dict__.get("_refs")
-    if refs is None:
-        refs = _scan(expr)
-    return refs
-
-
-def _has_terminals(expr: Expr) -> bool:
-    """Whether ``expr`` reads a regex or an automaton anywhere (kept on a composite, found with its calls)."""
-    if isinstance(expr, (Regex, Automaton)):
-        return True
-    if not isinstance(expr, (Seq, Alt, Repeat)):
-        return False
-    if "_terminals" not in expr.__dict__:
-        _scan(expr)
-    return expr.__dict__["_terminals"]
-
-
-def _scan(expr: Seq | Alt | Repeat) -> tuple[str, ...]:
-    """Find and keep on ``expr`` its calls (:func:`calls_of`) and whether it has terminals (:func:`_has_terminals`).
-
-    One left-to-right walk of the expression's DAG, each node once: an object's optional members each go on with
-    the shared rest, and a tuple of calls kept per node would grow with that rest (quadratic). Leaves are looked
-    at where their parent lists them; only composites are descended into."""
-    found: dict[str, None] = {}
-    terminals = False
-    seen: set[int] = set()
-    pending = [iter((expr.item,) if isinstance(expr, Repeat) else expr.items)]
-    while pending:
-        for item in pending[-1]:
-            kind = type(item)
-            if kind is Ref:
-                found[item.rule] = None
-            elif kind is Regex or kind is Automaton:
-                terminals = True
-            elif (kind is Seq or kind is Alt or kind is Repeat) and id(item) not in seen:
-                seen.add(id(item))
-                known = item.__dict__.get("_refs")
-                if known is not None:
-                    found.update(dict.fromkeys(known))
-                    terminals = terminals or item.__dict__["_terminals"]
-                else:
-                    pending.append(iter((item.item,) if kind is Repeat else item.items))
-                    break
-        else:
-            pending.pop()
-    refs = tuple(found)
-    object.__setattr__(expr, "_refs", refs)
-    object.__setattr__(expr, "_terminals", terminals)
-    return refs
 
 
 def _build(
@@ -483,120 +298,3 @@ def terminal_dfa(pattern: str) -> ByteDFA:
     start, accept = nfa.new_state(), nfa.new_state()
     add_regex(nfa, pattern, start, accept, anchors=False)
     return nfa.determinize(start, accept)
-
-
-def _completing_rules(rules: tuple[ByteDFA, ...], byte_edges: bool) -> np.ndarray:
-    """Which rules can complete (reach acceptance from their start) through calls of rules that can, and, when
-    ``byte_edges``, byte edges: the least fixpoint.
-
-    A rule DFA with calls comes out of determinisation trimmed (every state lies on a path to acceptance), so
-    with byte edges it completes as soon as all its callees do: callees are counted down and most rules are
-    settled without a search. Without byte edges, a rule whose start makes no call completes only if its start
-    accepts. The rest (recursions, and rules with a callee that cannot complete) are searched, each looked at
-    again only when one of its callees turns out to complete."""
-    done = [False] * len(rules)  # a list, not an array: it is read and written an element at a time
-    callers: list[list[int]] = [[] for _ in rules]
-    waiting = [0] * len(rules)  # callees not known to complete yet
-    for i, dfa in enumerate(rules):
-        callees = set(dfa.callees)
-        waiting[i] = len(callees)
-        for callee in callees:
-            callers[callee].append(i)
-
-    work: list[int] = []  # rules to search again: a callee of theirs turned out to complete
-    queued = [False] * len(rules)
-
-    def settle(i: int) -> None:
-        done[i] = True
-        stack = [i]
-        while stack:
-            for caller in callers[stack.pop()]:
-                waiting[caller] -= 1
-                if done[caller]:
-                    continue
-                if byte_edges and waiting[caller] == 0:
-                    done[caller] = True
-                    stack.append(caller)
-                elif not queued[caller]:
-                    queued[caller] = True
-                    work.append(caller)
-
-    for i, dfa in enumerate(rules):
-        if done[i]:
-            continue
-        if not dfa.callees:
-            completes = dfa.reaches_acceptance(_NO_CALLS, byte_edges=byte_edges)
-        elif not byte_edges and dfa.calls[0].max() < 0:
-            completes = bool(dfa.accepting[0])
-        else:
-            if not queued[i]:
-                queued[i] = True
-                work.append(i)
-            continue
-        if completes:
-            settle(i)
-    while work:
-        i = work.pop()
-        queued[i] = False
-        dfa = rules[i]
-        if not done[i]:
-            usable = np.array([done[callee] for callee in dfa.callees], dtype=bool)
-            if dfa.reaches_acceptance(usable, byte_edges=byte_edges):
-                settle(i)
-    return np.array(done, dtype=bool)
-
-
-_NO_CALLS = np.zeros(0, dtype=bool)
-_NO_CALLS.flags.writeable = False
-
-
-def _check_productive(pushdown: Pushdown) -> None:
-    productive = _completing_rules(pushdown.rules, byte_edges=True)
-    if not productive.all():
-        names = [pushdown.names[i] for i in np.flatnonzero(~productive)]
-        raise GrammarError(f"these rules can never complete (each needs itself or another such rule): {names}")
-
-
-def _check_left_recursion(pushdown: Pushdown) -> None:
-    rules = pushdown.rules
-    # A rule completes without a byte only if some rule's start accepts (the shortest such completion calls
-    # none): in most grammars (a JSON value is never empty) none does, and the search is not needed.
-    if any(dfa.accepting[0] for dfa in rules):
-        nullable = _completing_rules(rules, byte_edges=False)
-    else:
-        nullable = np.zeros(len(rules), dtype=bool)
-    # Rules callable before any byte is read, from each rule's start.
-    first_calls: list[set[int]] = []
-    for dfa in rules:
-        if not dfa.callees:
-            first_calls.append(set())
-            continue
-        calls: set[int] = set()
-        seen, stack = {0}, [0]
-        while stack:
-            s = stack.pop()
-            for callee, t in zip(dfa.callees, dfa.calls[s].tolist()):
-                if t < 0:
-                    continue
-                calls.add(callee)
-                if nullable[callee] and t not in seen:
-                    seen.add(t)
-                    stack.append(t)
-        first_calls.append(calls)
-    state = [0] * len(rules)  # 0 unvisited, 1 on the path, 2 done
-    for i in range(len(rules)):
-        if state[i] == 0:
-            _visit_first_calls(i, [i], first_calls, state, pushdown.names)
-
-
-def _visit_first_calls(i: int, path: list[int], first_calls: list[set[int]], state: list[int], names) -> None:
-    """Depth-first search of the rules callable before a byte is read, from rule ``i`` (reached along ``path``);
-    raises on a cycle."""
-    state[i] = 1
-    for j in first_calls[i]:
-        if state[j] == 1:
-            cycle = path[path.index(j) :] + [j]
-            raise GrammarError("left recursion: " + " -> ".join(names[k] for k in cycle) + " reads no byte first")
-        if state[j] == 0:
-            _visit_first_calls(j, path + [j], first_calls, state, names)
-    state[i] = 2

@@ -1,0 +1,212 @@
+"""The grammar IR: named rules whose bodies combine terminals with sequences, alternatives, repetitions and calls.
+
+Every structure compiler (JSON Schema, Lark, GBNF, tools) lowers to a :class:`Grammar`. Composite nodes hash once and
+compare by value, so equal bodies from different schemas share one rule DFA (:mod:`constrain.grammar.rules`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Union
+
+from constrain.automata.dfa import ByteDFA
+from constrain.errors import StructureError
+
+
+class GrammarError(StructureError):
+    """A grammar is malformed (an undefined rule, left recursion, a rule that can never complete)."""
+
+
+@dataclass(frozen=True)
+class Literal:
+    """Exactly these bytes (a ``str`` is taken as its UTF-8 encoding)."""
+
+    value: bytes | str
+
+
+@dataclass(frozen=True)
+class Regex:
+    """Any full match of a regex (the subset of :mod:`constrain.automata.regex`, without anchors)."""
+
+    pattern: str
+
+
+@dataclass(frozen=True)
+class Ref:
+    """One match of another rule."""
+
+    rule: str
+
+
+#: What a composite expression keeps about itself once computed (not pickled: hashes of str differ by process).
+_DERIVED = frozenset({"_hash", "_refs", "_terminals", "_hoisted", "_dfa"})
+
+
+class _CachedHash:
+    """Composite expressions are deep trees used as cache keys (rule DFAs by body, shared suffixes): their hash
+    is computed once, not walked again on every lookup."""
+
+    def __hash__(self) -> int:
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            if type(self) is Repeat:
+                cached = hash(("Repeat", self.item, self.min, self.max))
+            else:
+                cached = hash((type(self).__name__, self.items))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k not in _DERIVED}  # str hashes differ across processes
+
+
+@dataclass(frozen=True, eq=True)
+class Seq(_CachedHash):
+    items: tuple[Expr, ...]
+
+    __hash__ = _CachedHash.__hash__
+
+
+@dataclass(frozen=True, eq=True)
+class Alt(_CachedHash):
+    items: tuple[Expr, ...]
+
+    __hash__ = _CachedHash.__hash__
+
+
+@dataclass(frozen=True, eq=True)
+class Repeat(_CachedHash):
+    """``item`` between ``min`` and ``max`` times (``max=None``: unbounded)."""
+
+    item: Expr
+    min: int = 0
+    max: int | None = None
+
+    __hash__ = _CachedHash.__hash__
+
+
+class Automaton:
+    """Any string a call-free :class:`~constrain.automata.dfa.ByteDFA` accepts: what a compiler that combines
+    constraints as automata (a pattern with a length bound, keys other than some names) hands over directly,
+    instead of writing the automaton back as a regex to be parsed again. Equal when the automata are equal state
+    for state (they are minimised, so equal languages compare equal up to state numbering)."""
+
+    __slots__ = ("dfa",)
+
+    def __init__(self, dfa: ByteDFA):
+        if dfa.callees:
+            raise GrammarError("an Automaton must not call rules")
+        self.dfa = dfa
+
+    @property
+    def _key(self) -> bytes:
+        """The table's digest, kept on the DFA (:attr:`~constrain.automata.dfa.ByteDFA.digest`): the automata compilers
+        share per process (keys other than some names, patterns) are wrapped anew by every grammar using them."""
+        return self.dfa.digest
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Automaton) and self._key == other._key
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __repr__(self) -> str:
+        return f"Automaton({self.dfa.num_states} states, {self._key.hex()[:12]})"
+
+
+Expr = Union[Literal, Regex, Ref, Seq, Alt, Repeat, Automaton]
+
+
+def shared(expr: Seq | Alt) -> Seq | Alt:
+    """Mark ``expr`` as one that a rule body reaches in several ways (a DAG, not a tree): its automaton is built
+    once per target state and entered from each of them, rather than built again for each. The mark changes
+    neither the language nor equality; it only keeps such a body's automaton, and its determinisation, small."""
+    object.__setattr__(expr, "_shared", True)
+    return expr
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """Named rules; the text must be one match of ``start``."""
+
+    rules: Mapping[str, Expr]
+    start: str
+
+
+@dataclass(frozen=True, eq=False)
+class Pushdown:
+    """A compiled grammar: ``rules[i]`` is rule ``names[i]``'s DFA (rule 0 is the start); call edges name rules
+    by index. Runtime configurations are stacks of (rule, state) frames; see :mod:`constrain.runtime.pushdown`."""
+
+    names: tuple[str, ...]
+    rules: tuple[ByteDFA, ...]
+
+    @property
+    def num_states(self) -> int:
+        return sum(dfa.num_states for dfa in self.rules)
+
+
+def collect_refs(expr: Expr, out: dict[str, int]) -> dict[str, int]:
+    """Add the rules ``expr`` calls to ``out`` (name -> order of first appearance); returns ``out``."""
+    for rule in calls_of(expr):
+        out.setdefault(rule, len(out))
+    return out
+
+
+def calls_of(expr: Expr) -> tuple[str, ...]:
+    """The rules ``expr`` calls, in order of first appearance. Kept on a composite expression: the rules every
+    schema shares are the same objects in every grammar, and a subtree met again costs a lookup."""
+    if isinstance(expr, Ref):
+        return (expr.rule,)
+    if not isinstance(expr, (Seq, Alt, Repeat)):
+        return ()
+    refs = expr.__dict__.get("_refs")
+    if refs is None:
+        refs = _scan(expr)
+    return refs
+
+
+def _has_terminals(expr: Expr) -> bool:
+    """Whether ``expr`` reads a regex or an automaton anywhere (kept on a composite, found with its calls)."""
+    if isinstance(expr, (Regex, Automaton)):
+        return True
+    if not isinstance(expr, (Seq, Alt, Repeat)):
+        return False
+    if "_terminals" not in expr.__dict__:
+        _scan(expr)
+    return expr.__dict__["_terminals"]
+
+
+def _scan(expr: Seq | Alt | Repeat) -> tuple[str, ...]:
+    """Find and keep on ``expr`` its calls (:func:`calls_of`) and whether it has terminals (:func:`_has_terminals`).
+
+    One left-to-right walk of the expression's DAG, each node once: an object's optional members each go on with
+    the shared rest, and a tuple of calls kept per node would grow with that rest (quadratic). Leaves are looked
+    at where their parent lists them; only composites are descended into."""
+    found: dict[str, None] = {}
+    terminals = False
+    seen: set[int] = set()
+    pending = [iter((expr.item,) if isinstance(expr, Repeat) else expr.items)]
+    while pending:
+        for item in pending[-1]:
+            kind = type(item)
+            if kind is Ref:
+                found[item.rule] = None
+            elif kind is Regex or kind is Automaton:
+                terminals = True
+            elif (kind is Seq or kind is Alt or kind is Repeat) and id(item) not in seen:
+                seen.add(id(item))
+                known = item.__dict__.get("_refs")
+                if known is not None:
+                    found.update(dict.fromkeys(known))
+                    terminals = terminals or item.__dict__["_terminals"]
+                else:
+                    pending.append(iter((item.item,) if kind is Repeat else item.items))
+                    break
+        else:
+            pending.pop()
+    refs = tuple(found)
+    object.__setattr__(expr, "_refs", refs)
+    object.__setattr__(expr, "_terminals", terminals)
+    return refs
