@@ -22,14 +22,14 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Vocabulary": "constrain.vocab",
     "compile_regex": "constrain.compilers.regex",
-    "CompiledStructure": "constrain.matcher",
-    "Matcher": "constrain.matcher",
+    "CompiledStructure": "constrain.runtime.matcher",
+    "Matcher": "constrain.runtime.matcher",
     "allocate_token_bitmask": "constrain.kernels",
     "apply_token_bitmask": "constrain.kernels",
     "bitmask_to_bool": "constrain.kernels",
     "bool_to_bitmask": "constrain.kernels",
     "generate": "constrain.integrations.transformers",
-    "compile_grammar": "constrain.pushdown",
+    "compile_grammar": "constrain.runtime.pushdown",
     "compile_json_schema": "constrain.compilers.json_schema",
     "JsonSchemaError": "constrain.compilers.json_schema",
     "compile_lark": "constrain.compilers.lark",
@@ -57,11 +57,11 @@ if TYPE_CHECKING:
     from constrain.compilers.lark import compile_lark
     from constrain.compilers.pydantic import compile_pydantic
     from constrain.integrations.transformers import generate
-    from constrain.pushdown import compile_grammar
+    from constrain.runtime.pushdown import compile_grammar
     from constrain.compilers.regex import compile_regex
     from constrain.errors import ConstrainError, DeadEndError, RegexError, ShapeError, StructureError, TokenError, VocabularyError
     from constrain.kernels import allocate_token_bitmask, apply_token_bitmask, bitmask_to_bool, bool_to_bitmask
-    from constrain.matcher import CompiledStructure, Matcher
+    from constrain.runtime.matcher import CompiledStructure, Matcher
     from constrain.sampling import Sampler, SamplingParams
     from constrain.vocab.vocabulary import Vocabulary
 

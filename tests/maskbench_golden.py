@@ -9,7 +9,7 @@
 Data: ``../shared/data/maskbench-dev.jsonl.gz`` (5,545 schemas with valid and invalid instances), read in place.
 For every schema, :func:`run_entry` compiles it with
 ``constrain.compilers.json_schema.compile_json_schema(schema, gemma_vocab)`` (strict, compact whitespace) and, when
-it compiles, runs each test instance through a :class:`~constrain.matcher.Matcher` token by token:
+it compiles, runs each test instance through a :class:`~constrain.runtime.matcher.Matcher` token by token:
 
 - the instance is put in the compiler's canonical key order (:func:`canonical_order`), serialised compactly
   (``benchmarks/maskbench.py``'s ``serialise``: ``json.dumps(separators=(",", ":"), ensure_ascii=False)``) and

@@ -25,7 +25,7 @@ from constrain.errors import DeadEndError, RegexError, ShapeError, TokenError, V
 from constrain.grammar.ir import Grammar, GrammarError, Literal, Ref, Seq
 from constrain.integrations.transformers import StructureLogitsProcessor
 from constrain.models import load_default_model
-from constrain.pushdown import compile_grammar
+from constrain.runtime.pushdown import compile_grammar
 from constrain.vocab.vocabulary import Vocabulary
 
 pytestmark = pytest.mark.slow

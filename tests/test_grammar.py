@@ -19,9 +19,10 @@ from constrain.automata.regex import regex_to_dfa
 from constrain.errors import RegexError
 from constrain.grammar.ir import Alt, Grammar, GrammarError, Literal, Ref, Regex, Repeat, Seq
 from constrain.grammar.rules import build_pushdown, terminal_dfa
-from constrain.masks import walk_bytes, walk_trie
-from constrain import pushdown
-from constrain.pushdown import DepthError, LexicalMasks, Machine, compile_grammar
+from constrain.runtime.masks import walk_bytes, walk_trie
+from constrain.runtime import pushdown
+from constrain.runtime.pushdown import DepthError, Machine, compile_grammar
+from constrain.runtime.lexical import LexicalMasks
 from constrain.vocab.vocabulary import Vocabulary
 
 

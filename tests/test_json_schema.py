@@ -35,7 +35,7 @@ from constrain.compilers.json_schema import (
 from constrain.errors import StructureError
 from constrain.grammar.ir import Automaton, Literal, Regex, Repeat, Seq
 from constrain.grammar.rules import _build_rule_dfa, build_pushdown
-from constrain.pushdown import Machine
+from constrain.runtime.pushdown import Machine
 
 SUITE = (
     Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "json-schema-test-suite" / "tests" / "draft2020-12"

@@ -103,7 +103,7 @@ def _check_against_jsonschema(schema: dict, instances: list) -> None:
     import jsonschema
 
     from constrain.grammar.rules import build_pushdown
-    from constrain.pushdown import Machine
+    from constrain.runtime.pushdown import Machine
 
     started = time.process_time()
     grammar, _ = schema_to_grammar(schema)

@@ -7,7 +7,7 @@ import pytest
 
 from constrain.compilers.regex import compile_regex
 from constrain.automata.regex import regex_to_dfa
-from constrain.masks import StateMasks
+from constrain.runtime.masks import StateMasks
 from constrain.vocab.vocabulary import Vocabulary
 
 REGEXES = [

@@ -1048,7 +1048,7 @@ def check_json(schema, vocab, tokens) -> None:
 def test_json_requests_go_through_the_json_schema_compiler(json_backend):
     backend = json_backend
     from constrain.compilers.json_schema import JsonSchemaError
-    from constrain.pushdown import GrammarStructure
+    from constrain.runtime.pushdown import GrammarStructure
 
     schema = JSON_SCHEMAS[0]
     for spec in (json.dumps(schema), schema):  # JSON text, as vLLM's key carries it, or already parsed

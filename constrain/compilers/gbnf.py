@@ -25,7 +25,7 @@ import re
 from constrain.automata.utf8 import MAX_CODE_POINT, SURROGATES, complement_ranges
 from constrain.grammar.ir import Alt, Expr, Grammar, GrammarError, Literal, Ref, Regex, Repeat, Seq
 from constrain.grammar.rules import build_pushdown
-from constrain.pushdown import GrammarStructure
+from constrain.runtime.pushdown import GrammarStructure
 from constrain.vocab.vocabulary import Vocabulary
 
 #: llama.cpp's MAX_REPETITION_THRESHOLD: the largest count accepted in ``{m,n}``.

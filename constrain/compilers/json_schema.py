@@ -4155,7 +4155,7 @@ class _Compiler:
     def key_except(self, names: list[str]) -> Ref:
         """A JSON string other than the given names (see :func:`_key_except_dfa`). A rule that calls no other rule,
         so its automaton returns only after the closing quote and its string states share their masks with every
-        other string (see :class:`~constrain.pushdown.LexicalMasks`)."""
+        other string (see :class:`~constrain.runtime.lexical.LexicalMasks`)."""
         rule = "json_key_except:" + json.dumps(sorted(names), ensure_ascii=False)
         if rule not in self.rules:
             self.rules[rule] = Automaton(_key_except_dfa(tuple(sorted(set(names)))))
@@ -4663,12 +4663,12 @@ def schema_to_grammar(
 
 
 def compile_json_schema(schema: Any, vocab, **options):
-    """Compile a JSON Schema for ``vocab`` into a :class:`~constrain.pushdown.GrammarStructure`.
+    """Compile a JSON Schema for ``vocab`` into a :class:`~constrain.runtime.pushdown.GrammarStructure`.
 
     ``options``: those of :func:`schema_to_grammar`, and ``cache_bytes`` for the mask cache. The structure's
     ``relaxations`` lists what lenient mode relaxed."""
     from constrain.grammar.ir import GrammarError
-    from constrain.pushdown import compile_grammar
+    from constrain.runtime.pushdown import compile_grammar
 
     started = compile_clock()
     grammar_options = {k: options.pop(k) for k in list(options) if k in _GRAMMAR_OPTIONS}

@@ -53,7 +53,7 @@ from constrain.automata.nfa import ByteNFA
 from constrain.errors import RegexError
 from constrain.grammar.ir import Alt, Expr, Grammar, GrammarError, Literal, Ref, Regex, Repeat, Seq
 from constrain.grammar.rules import build_pushdown
-from constrain.pushdown import GrammarStructure
+from constrain.runtime.pushdown import GrammarStructure
 from constrain.vocab.vocabulary import Vocabulary
 from constrain.compilers.gbnf import GrammarSyntaxError, escape_char
 from constrain.automata.regex import add_regex

@@ -52,7 +52,7 @@ from constrain.errors import StructureError
 from constrain.compilers.json_schema import compile_json_schema
 
 if TYPE_CHECKING:
-    from constrain.pushdown import GrammarStructure
+    from constrain.runtime.pushdown import GrammarStructure
     from constrain.vocab.vocabulary import Vocabulary
 
 __all__ = ["PydanticSchemaError", "compile_pydantic", "parse", "pydantic_schema"]
@@ -113,7 +113,7 @@ def pydantic_schema(model_type: Any, *, additional_properties_default: bool = Fa
 
 def compile_pydantic(model_type: Any, vocab: Vocabulary, **options: Any) -> GrammarStructure:
     """Compile ``model_type`` (a pydantic model, dataclass, TypedDict or any type pydantic validates) for
-    ``vocab`` into a :class:`~constrain.pushdown.GrammarStructure`.
+    ``vocab`` into a :class:`~constrain.runtime.pushdown.GrammarStructure`.
 
     ``options`` are those of :func:`~constrain.compilers.json_schema.compile_json_schema` (``strict``,
     ``whitespace``, ``max_whitespace``, ``additional_properties_default`` (default ``False`` here: closed

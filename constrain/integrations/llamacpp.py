@@ -76,7 +76,7 @@ import numpy as np
 from constrain.cache import cache_dir
 from constrain.errors import ConstrainError, DeadEndError, ShapeError, TokenError, VocabularyError
 from constrain.kernels import apply_token_bitmask
-from constrain.matcher import CompiledStructure, Matcher
+from constrain.runtime.matcher import CompiledStructure, Matcher
 from constrain.vocab.readers import NON_TEXT_ADDED_TOKENS
 from constrain.vocab.vocabulary import Vocabulary
 

@@ -21,7 +21,7 @@ import torch
 
 from constrain.errors import DeadEndError, ShapeError, VocabularyError
 from constrain.kernels import allocate_token_bitmask, apply_token_bitmask
-from constrain.matcher import CompiledStructure, Matcher
+from constrain.runtime.matcher import CompiledStructure, Matcher
 from constrain.vocab.vocabulary import Vocabulary
 
 

@@ -37,7 +37,7 @@ import numpy as np
 
 from constrain.errors import ShapeError, StructureError, TokenError, VocabularyError
 from constrain.kernels import apply_token_bitmask
-from constrain.matcher import CompiledStructure
+from constrain.runtime.matcher import CompiledStructure
 from constrain.vocab.vocabulary import Vocabulary
 
 logger = logging.getLogger(__name__)

@@ -14,7 +14,12 @@ import numpy as np
 
 from constrain.automata.dfa import ByteDFA
 from constrain.errors import ShapeError, TokenError
-from constrain.masks import DEFAULT_CACHE_BYTES, MaskCache, StateMasks, walk_bytes
+from constrain.runtime.masks import (
+    DEFAULT_CACHE_BYTES,
+    MaskCache,
+    StateMasks,
+    walk_bytes,
+)
 from constrain.vocab.vocabulary import Vocabulary
 
 #: The state a matcher is in after it accepted an end-of-sequence token.

@@ -1,0 +1,661 @@
+"""Running a :class:`~constrain.grammar.ir.Pushdown`: configurations, reading bytes, and token masks.
+
+A *configuration* is a stack of frames, bottom first, each frame a global automaton state (all rule DFAs are
+numbered in one space). The top frame is where reading happens; a frame below it holds the state its rule
+returns to. Before a byte is read, a configuration expands (its *closure*): a state with a call edge pushes the
+callee's start state (the caller frame moves to the return state), and an accepting state of a called rule pops.
+Ambiguity is kept exact by carrying a *set* of configurations.
+
+Masks are one numba walk of the vocabulary trie carrying that set; frames live in a pool that is rewound as the
+walk backtracks, so a stack is never copied.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from bisect import bisect_right
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+from numba import njit
+
+from constrain.cache import BoundedCache
+from constrain.errors import StructureError
+from constrain.grammar.ir import Grammar, Pushdown
+from constrain.grammar.rules import build_pushdown
+from constrain.runtime.lexical import (
+    _NO_RANGES,
+    LexicalMasks,
+    _entry_bytes,
+    _subtrees_below,
+)
+from constrain.runtime.masks import DEFAULT_CACHE_BYTES, MaskCache
+from constrain.runtime.matcher import CompiledStructure
+from constrain.vocab.vocabulary import Vocabulary
+
+#: A configuration: global states from the bottom frame to the top one.
+Stack = tuple[int, ...]
+#: The state of a grammar matcher: the set of live configurations, sorted.
+Configs = tuple[Stack, ...]
+
+#: Most configurations (after closure) one position may hold; past it the grammar is too ambiguous to follow.
+MAX_CONFIGS = 256
+#: Deepest stack a configuration that reads a byte may have (bounds nesting such as ``[[[[...]]]]``).
+MAX_STACK_DEPTH = 256
+
+
+class AmbiguityError(StructureError):
+    """The grammar allows too many parses of the text so far to follow them all."""
+
+
+class DepthError(StructureError):
+    """The text nests deeper than :data:`MAX_STACK_DEPTH` rule calls: following it further is refused rather than
+    followed inexactly."""
+
+
+@dataclass(frozen=True, eq=False)
+class Machine:
+    """All rule DFAs of a pushdown automaton in one global state space, as flat arrays for the kernels."""
+
+    trans: np.ndarray  # int32 (S, 256), global targets or -1
+    accepting: np.ndarray  # bool (S,)
+    call_ptr: np.ndarray  # int64 (S + 1,): call edges of state s are call_ptr[s]:call_ptr[s + 1]
+    call_start: np.ndarray  # int32: the callee's start state
+    call_return: np.ndarray  # int32: the caller's state after the callee returns
+    rule_start: np.ndarray  # int32 (R,): global start state of each rule
+    call_free: tuple[bool, ...]  # per rule: True when it calls no other rule (a lexical piece)
+
+    @classmethod
+    def from_pushdown(cls, pushdown: Pushdown) -> Machine:
+        rules = pushdown.rules
+        sizes = np.array([dfa.num_states for dfa in rules], dtype=np.int64)
+        offsets = np.zeros(len(rules) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        trans = np.empty((int(offsets[-1]), 256), dtype=np.int32)
+        for dfa, offset in zip(rules, offsets.tolist()):
+            _put_shifted(dfa.trans, trans, offset)
+        accepting = np.concatenate([dfa.accepting for dfa in rules])
+        callees = np.fromiter(itertools.chain.from_iterable(dfa.callees for dfa in rules), dtype=np.int64)
+        call_ptr, call_start, call_return = _call_edges(
+            np.concatenate([dfa.calls.ravel() for dfa in rules], dtype=np.int32),
+            np.array([len(dfa.callees) for dfa in rules], dtype=np.int64), sizes, offsets, offsets[callees],
+        )  # fmt: skip
+        return cls(
+            trans, accepting, call_ptr, call_start, call_return, offsets[:-1].astype(np.int32),
+            tuple(not dfa.callees for dfa in rules),
+        )  # fmt: skip
+
+    @cached_property
+    def plain(self) -> np.ndarray:
+        """Per state: True when its closure is itself (it can neither call nor return)."""
+        return (self.call_ptr[1:] == self.call_ptr[:-1]) & ~self.accepting
+
+    @cached_property
+    def _rule_starts(self) -> list[int]:
+        return self.rule_start.tolist()
+
+    def locate(self, state: int) -> tuple[int, int]:
+        """(rule index, state within that rule's DFA) of a global state."""
+        starts = self._rule_starts
+        rule = bisect_right(starts, state) - 1
+        return rule, state - starts[rule]
+
+    def rule_states(self, rule: int) -> slice:
+        """The global states of one rule."""
+        end = int(self.rule_start[rule + 1]) if rule + 1 < len(self.rule_start) else self.trans.shape[0]
+        return slice(int(self.rule_start[rule]), end)
+
+    @property
+    def start(self) -> Configs:
+        return ((int(self.rule_start[0]),),)
+
+    # -- the Python reference used by matchers to read tokens ----------------------------------------------------
+
+    def closure(self, configs: Configs) -> list[Stack]:
+        """Every configuration reachable by pushes and pops without reading a byte (the inputs included)."""
+        seen: set[Stack] = set()
+        out: list[Stack] = []
+        work = list(configs)
+        while work:
+            stack = work.pop()
+            if stack in seen:
+                continue
+            seen.add(stack)
+            out.append(stack)
+            if len(out) > MAX_CONFIGS:
+                raise AmbiguityError(f"more than {MAX_CONFIGS} parses are open at once")
+            top = stack[-1]
+            for k in range(self.call_ptr[top], self.call_ptr[top + 1]):
+                work.append(stack[:-1] + (int(self.call_return[k]), int(self.call_start[k])))
+            if self.accepting[top] and len(stack) > 1:
+                work.append(stack[:-1])
+        return out
+
+    def read(self, configs: Configs, data: bytes) -> Configs:
+        """The configurations after reading ``data`` (empty when a byte is rejected). Raises :class:`DepthError`
+        when a byte is read in a frame deeper than :data:`MAX_STACK_DEPTH` (a closure is finite without a bound:
+        left recursion is refused when the pushdown is built, so the bound is the text's nesting)."""
+        trans, plain = self.trans, self.plain
+        for byte in data:
+            if len(configs) == 1 and plain[configs[0][-1]]:  # the common case: nothing to call or return
+                stack = configs[0]
+                nxt_state = int(trans[stack[-1], byte])
+                if nxt_state < 0:
+                    return ()
+                configs = (stack[:-1] + (nxt_state,),)
+                continue
+            nxt = {stack[:-1] + (int(trans[stack[-1], byte]),) for stack in self.closure(configs)}
+            configs = tuple(sorted(s for s in nxt if s[-1] >= 0))
+            if not configs:
+                return ()
+            deepest = max(len(s) for s in configs)
+            if deepest > MAX_STACK_DEPTH:
+                raise DepthError(
+                    f"the text nests deeper than MAX_STACK_DEPTH = {MAX_STACK_DEPTH} rule calls (a parse needs "
+                    f"{deepest} frames at byte {byte!r})"
+                )
+        return configs
+
+    def can_end(self, configs: Configs) -> bool:
+        """Whether the text so far is a complete match: some configuration closes down to an accepting bottom."""
+        return self.closed_can_end(self.closure(configs))
+
+    def closed_can_end(self, stacks: list[Stack]) -> bool:
+        """:meth:`can_end` of configurations already expanded by :meth:`closure`."""
+        return any(len(s) == 1 and self.accepting[s[0]] for s in stacks)
+
+    # -- masks ---------------------------------------------------------------------------------------------------
+
+    def walk(
+        self,
+        configs: Configs,
+        trie,
+        words: np.ndarray,
+        ranges: np.ndarray | None = None,
+        *,
+        record_pops: bool = False,
+        closed: bool = False,
+    ) -> np.ndarray:
+        """Set in ``words`` (uint32) the bit of every token readable from ``configs`` (end of sequence aside).
+
+        ``ranges`` (rows of first node, end node, depth already read) limits the walk to those trie subtrees,
+        as if their first ``depth`` bytes had been read; by default, the whole trie. ``closed`` says the
+        configurations are already expanded (no call or return before the first byte). With ``record_pops``,
+        returns (as ranges, read-only) the trie subtrees below the nodes after which a configuration's bottom
+        frame could return to a caller below it, i.e. where a caller's context decides the rest; otherwise an
+        empty array.
+        """
+        scratch = _walk_scratch(trie)
+        if len(configs) == 1 and len(configs[0]) == 1:  # a lone top frame: every local walk of a state
+            scratch.one_state[0] = configs[0][0]
+            top_state, top_parent, used = scratch.one_state, scratch.no_parent, 0
+            pool_state, pool_parent = scratch.base_pool_state, scratch.base_pool_parent
+        else:
+            pool_cap = scratch.base_pool_cap + sum(len(s) for s in configs)
+            if len(scratch.pool_state) < pool_cap:
+                scratch.grow_pool(pool_cap)
+            pool_state, pool_parent = scratch.pool_state[:pool_cap], scratch.pool_parent[:pool_cap]
+            states, parents = [], []
+            used = 0
+            for stack in configs:
+                parent = -1
+                for state in stack[:-1]:
+                    pool_state[used] = state
+                    pool_parent[used] = parent
+                    parent = used
+                    used += 1
+                states.append(stack[-1])
+                parents.append(parent)
+            top_state, top_parent = np.array(states, dtype=np.int32), np.array(parents, dtype=np.int32)
+        fits, found = _walk_pushdown(
+            self.trans, self.accepting, self.call_ptr, self.call_start, self.call_return, top_state, top_parent,
+            used, pool_state, pool_parent, trie.node_key, trie.node_next, trie.node_token_ptr, trie.token_ids,
+            trie.root_children, scratch.whole if ranges is None else ranges, not closed, words,
+            scratch.pops if record_pops else scratch.pops[:0], scratch.work, scratch.levels, scratch.marks,
+        )  # fmt: skip
+        if not fits:
+            raise AmbiguityError(f"more than {MAX_CONFIGS} parses are open at once inside one token")
+        if not len(found):
+            return _NO_RANGES
+        found.flags.writeable = False
+        return found
+
+
+class _WalkScratch:
+    """The arrays a pushdown walk works in, kept per thread for one trie: a first-visit mask walks few tokens,
+    and allocating these (a few hundred KB) each time cost more than the walk itself."""
+
+    def __init__(self, trie):
+        self.trie = trie
+        depth_cap = trie.max_depth + 1
+        #: Pool frames a walk may push (the frames below its tops come on top of that).
+        self.base_pool_cap = depth_cap * MAX_CONFIGS * 4
+        self.grow_pool(2 * self.base_pool_cap)
+        self.pops = np.empty(trie.num_nodes + 1, dtype=np.int32)
+        self.work = np.empty((2, MAX_CONFIGS * 4), dtype=np.int32)  # the closure's work list: states, parents
+        self.levels = np.empty((4, depth_cap + 1, MAX_CONFIGS), dtype=np.int32)  # see _walk_pushdown
+        self.marks = np.empty((5, depth_cap + 1), dtype=np.int64)
+        self.whole = np.array([[0, trie.num_nodes, 0]], dtype=np.int64)
+        self.one_state = np.zeros(1, dtype=np.int32)
+        self.no_parent = np.full(1, -1, dtype=np.int32)
+
+    def grow_pool(self, size: int) -> None:
+        self.pool_state = np.empty(size, dtype=np.int32)
+        self.pool_parent = np.empty(size, dtype=np.int32)
+        self.base_pool_state = self.pool_state[: self.base_pool_cap]
+        self.base_pool_parent = self.pool_parent[: self.base_pool_cap]
+
+
+_scratch = threading.local()
+
+
+def _walk_scratch(trie) -> _WalkScratch:
+    """This thread's walk arrays for ``trie``."""
+    scratch = getattr(_scratch, "walk", None)
+    if scratch is None or scratch.trie is not trie:
+        scratch = _scratch.walk = _WalkScratch(trie)
+    return scratch
+
+
+@njit(cache=True, nogil=True)
+def _put_shifted(table, trans, offset):
+    """A rule's transition table into the global one from row ``offset``, its targets moved by ``offset``: one
+    pass over memory, where a copy and then a shift of the stacked tables made two (the tables of a large schema
+    are megabytes)."""
+    for i in range(table.shape[0]):
+        for j in range(256):
+            target = table[i, j]
+            trans[offset + i, j] = target + offset if target >= 0 else target
+
+
+@njit(cache=True, nogil=True)
+def _call_edges(calls, widths, sizes, offsets, callee_start):
+    """The call edges of all rules in global states, by state then callee column: ``(ptr, callee start state,
+    return state)``. ``calls`` holds each rule's call table flattened (``sizes[r]`` rows of ``widths[r]``), and
+    ``callee_start`` the global start of each of those columns' callee, rule after rule."""
+    total = offsets[-1]
+    ptr = np.zeros(total + 1, dtype=np.int64)
+    at = 0
+    for r in range(sizes.shape[0]):
+        for s in range(sizes[r]):
+            for k in range(widths[r]):
+                if calls[at] >= 0:
+                    ptr[offsets[r] + s + 1] += 1
+                at += 1
+    for g in range(total):
+        ptr[g + 1] += ptr[g]
+    starts = np.empty(ptr[total], dtype=np.int32)
+    returns = np.empty(ptr[total], dtype=np.int32)
+    at, column, edge = 0, 0, 0
+    for r in range(sizes.shape[0]):
+        for s in range(sizes[r]):
+            for k in range(widths[r]):
+                t = calls[at]
+                if t >= 0:
+                    starts[edge] = callee_start[column + k]
+                    returns[edge] = offsets[r] + t
+                    edge += 1
+                at += 1
+        column += widths[r]
+    return ptr, starts, returns
+
+
+class PushdownMasks(MaskCache):
+    """Masks of pushdown configurations, cached per configuration set.
+
+    A configuration's mask splits in two. The tokens its top frame reads without returning to its caller depend
+    on that frame's state alone: they are walked once per state and kept (with the trie nodes where the frame
+    could return) in a cache shared by every configuration. Only the rest, the tokens that cross a return, are
+    walked for the actual caller, and only below those recorded nodes.
+
+    The mask of one stack is kept too when its top is lexical or it shares a position with other stacks: a
+    lexical top's walk depends only on its bounded language, so the counted positions of a long string (one
+    state each, one language) share one stack mask, and a set of stacks is the union of its stacks' masks.
+    """
+
+    def __init__(
+        self, pushdown: Pushdown, machine: Machine, vocab: Vocabulary, *, cache_bytes: int = DEFAULT_CACHE_BYTES
+    ):
+        super().__init__(vocab, cache_bytes=cache_bytes // 2)
+        self.rules = pushdown.rules
+        self.machine = machine
+        self._local = BoundedCache(cache_bytes // 4)  # state -> (words, pop ranges)
+        self._stacks = BoundedCache(cache_bytes // 4)  # (frames below, top's walk key) -> words
+        self._lexical = LexicalMasks.of(vocab)
+        self._hashes = np.zeros(machine.trans.shape[0], dtype=np.uint64)
+        self._hashed = np.zeros(len(machine.rule_start), dtype=bool)
+
+    def _rule_hashes(self, rule: int) -> np.ndarray:
+        """The global hash array, with the bounded-language hashes of ``rule``'s states filled in."""
+        if not self._hashed[rule]:
+            self._hashes[self.machine.rule_states(rule)] = self.rules[rule].language_hashes(self._lexical.depth)
+            self._hashed[rule] = True
+        return self._hashes
+
+    def local(self, state: int) -> tuple[np.ndarray, np.ndarray]:
+        """(words, pop ranges) of a top frame in ``state`` that starts with a byte of its own rule: the tokens it
+        reads without returning, and the trie subtrees (first node, end node, depth) whose tokens return to the
+        caller partway."""
+        entry = self._local.get(state)
+        if entry is not None:
+            return entry
+        rule, local_state = self.machine.locate(state)
+        if self.machine.call_free[rule]:  # a lexical piece: every structure over this vocabulary shares its walks
+            entry = self._lexical.walk_without_words(self.rules[rule], local_state)
+            if entry is None:
+                entry = self._lexical.walk(self.machine.trans, self.machine.accepting, self._rule_hashes(rule), state)
+        else:
+            entry = self._local_walk(state)
+        self._local.put(state, entry, _entry_bytes(entry))
+        return entry
+
+    def _local_walk(self, state: int) -> tuple[np.ndarray, np.ndarray]:
+        words = np.zeros(self.width, dtype=np.uint32)
+        ranges = self.machine.walk(((state,),), self.vocab.trie, words, record_pops=True, closed=True)
+        words.flags.writeable = False
+        return words, ranges
+
+    def compute(self, configs: Configs) -> np.ndarray:
+        if len(configs) == 1 and self.machine.plain[configs[0][-1]]:
+            # One configuration that can neither call nor return (inside a key, a literal, a number): it is its own
+            # closure and cannot end, and its mask is its walk's read-only words, shared, not copied.
+            return self._stack_words(configs[0], 1).view(np.int32)
+        # Expanding first makes every pushed rule a top of its own, so a lexical rule entered right here (a
+        # string where a value starts) is served from its shared walk instead of being walked again.
+        stacks = self.machine.closure(configs)
+        can_end = self.machine.closed_can_end(stacks)
+        parts = [self._stack_words(stack, len(stacks)) for stack in stacks]
+        if len(parts) == 1 and not can_end:
+            # The mask is one walk's words, already read-only: shared, not copied. A first-visit mask is mostly
+            # passes over 32 KB arrays that are not in the CPU cache yet, so each pass saved counts.
+            return parts[0].view(np.int32)
+        words = parts[0].copy()
+        for part in parts[1:]:
+            words |= part
+        if can_end:
+            words |= self._eos_words
+        mask = words.view(np.int32)
+        mask.flags.writeable = False
+        return mask
+
+    def _stack_words(self, stack: Stack, num_stacks: int) -> np.ndarray:
+        """The (read-only) tokens one expanded configuration can read."""
+        top = stack[-1]
+        local_words, ranges = self.local(top)
+        if len(stack) == 1 or not len(ranges):
+            return local_words
+        rule, _ = self.machine.locate(top)
+        lexical = bool(self.machine.call_free[rule])
+        key = (stack[:-1], int(self._rule_hashes(rule)[top])) if lexical else stack
+        # A calling top alone at its position: the configuration's own mask cache holds the result.
+        cached = lexical or num_stacks > 1
+        stack_words = self._stacks.get(key) if cached else None
+        if stack_words is None:
+            stack_words = local_words.copy()
+            self.machine.walk((stack[:-1],), self.vocab.trie, stack_words, ranges)
+            stack_words.flags.writeable = False
+            if cached:
+                self._stacks.put(key, stack_words, stack_words.nbytes)
+        return stack_words
+
+
+class GrammarStructure(CompiledStructure):
+    """A context-free structure: a pushdown automaton with one DFA per grammar rule."""
+
+    def __init__(self, pushdown: Pushdown, vocab: Vocabulary, *, source: str = "", cache_bytes: int = DEFAULT_CACHE_BYTES):
+        super().__init__(vocab, source=source)
+        self.pushdown = pushdown
+        self.machine = Machine.from_pushdown(pushdown)
+        self.start = self.machine.start
+        self.masks = PushdownMasks(pushdown, self.machine, vocab, cache_bytes=cache_bytes)
+
+    def read(self, state: Configs, token: int) -> Configs | None:
+        return self.machine.read(state, self.vocab.token_bytes(token)) or None
+
+    def can_end(self, state: Configs) -> bool:
+        return self.machine.can_end(state)
+
+    def __repr__(self) -> str:
+        rules, states = len(self.pushdown.rules), self.pushdown.num_states
+        return f"GrammarStructure({self.source!r}, rules={rules}, states={states}, vocab={self.vocab.size:,})"
+
+
+def compile_grammar(grammar: Grammar, vocab: Vocabulary, *, deadline: float | None = None, **options) -> GrammarStructure:
+    """Compile a grammar (the IR of :mod:`constrain.grammar`) for ``vocab``; ``options``: ``cache_bytes``;
+    ``deadline``: see :func:`~constrain.grammar.rules.build_pushdown`."""
+    return GrammarStructure(build_pushdown(grammar, deadline=deadline), vocab, source=grammar.start, **options)
+
+
+@njit(cache=True, nogil=True)
+def _expand(
+    accepting, call_ptr, call_start, call_return, pool_state, pool_parent, pool_top,
+    in_state, in_parent, n, out_state, out_parent, work_state, work_parent,
+):
+    """Closure of the configurations ``(in_state[j], in_parent[j])`` for j < n into ``out_*``: pushes allocate
+    the caller's return frame in the pool from ``pool_top``. Returns (count, new pool top); count -1 when a
+    bound is exceeded."""
+    cap = out_state.shape[0]
+    count = 0
+    w = 0
+    for j in range(n):
+        work_state[w] = in_state[j]
+        work_parent[w] = in_parent[j]
+        w += 1
+    while w > 0:
+        w -= 1
+        state = work_state[w]
+        parent = work_parent[w]
+        duplicate = False
+        for j in range(count):
+            if out_state[j] == state and out_parent[j] == parent:
+                duplicate = True
+                break
+        if duplicate:
+            continue
+        if count >= cap or w + (call_ptr[state + 1] - call_ptr[state]) + 1 >= work_state.shape[0]:
+            return -1, pool_top
+        out_state[count] = state
+        out_parent[count] = parent
+        count += 1
+        for k in range(call_ptr[state], call_ptr[state + 1]):
+            if pool_top >= pool_state.shape[0]:
+                return -1, pool_top
+            pool_state[pool_top] = call_return[k]
+            pool_parent[pool_top] = parent
+            work_state[w] = call_start[k]
+            work_parent[w] = pool_top
+            w += 1
+            pool_top += 1
+        if accepting[state] and parent >= 0:
+            work_state[w] = pool_state[parent]
+            work_parent[w] = pool_parent[parent]
+            w += 1
+    return count, pool_top
+
+
+@njit(cache=True, nogil=True)
+def _close_level(
+    d, accepting, call_ptr, call_start, call_return, pool_state, pool_parent, level_state, level_parent, level_n,
+    closed_state, closed_parent, closed_n, pool_mark, closed_mark, work_state, work_parent,
+):
+    """Compute ``closed[d]``, the closure of ``level[d]``; False when the configurations outgrow the bounds.
+    Configurations that can neither call nor return are their own closure; the walk's inner loop tests that
+    itself (a call per trie node, its array arguments reference-counted each time, made a whole-vocabulary walk
+    ten times slower), so this is called where some configuration calls or returns, or once per range."""
+    if _plain_level(d, accepting, call_ptr, level_state, level_n):
+        _copy_level(d, level_state, level_parent, level_n, closed_state, closed_parent, closed_n, pool_mark, closed_mark)
+        return True
+    count, top = _expand(
+        accepting, call_ptr, call_start, call_return, pool_state, pool_parent, pool_mark[d],
+        level_state[d], level_parent[d], level_n[d], closed_state[d], closed_parent[d], work_state, work_parent,
+    )  # fmt: skip
+    if count < 0:
+        return False
+    closed_n[d] = count
+    closed_mark[d] = top
+    return True
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _plain_level(d, accepting, call_ptr, level_state, level_n):
+    """Whether no configuration of ``level[d]`` can call or return (the level is then its own closure)."""
+    for j in range(level_n[d]):
+        s = level_state[d, j]
+        if call_ptr[s] != call_ptr[s + 1] or accepting[s]:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _bottom_returns(d, accepting, closed_state, closed_parent, closed_n):
+    """Whether a configuration of ``closed[d]`` is a bottom frame that may return to a caller below the walk (a
+    plain level never is: its states do not accept)."""
+    for j in range(closed_n[d]):
+        if closed_parent[d, j] < 0 and accepting[closed_state[d, j]]:
+            return True
+    return False
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _copy_level(d, level_state, level_parent, level_n, closed_state, closed_parent, closed_n, pool_mark, closed_mark):
+    """``closed[d]`` = ``level[d]``, for a level that is its own closure (no frame pushed)."""
+    for j in range(level_n[d]):
+        closed_state[d, j] = level_state[d, j]
+        closed_parent[d, j] = level_parent[d, j]
+    closed_n[d] = level_n[d]
+    closed_mark[d] = pool_mark[d]
+
+
+@njit(cache=True, nogil=True)
+def _walk_pushdown(
+    trans, accepting, call_ptr, call_start, call_return, top_state, top_parent, pool_used, pool_state,
+    pool_parent, node_key, node_next, node_token_ptr, token_ids, root_children, ranges, expand_base, out, pops,
+    work, levels, marks,
+):
+    """Set in ``out`` the bit of every token whose bytes some configuration can read, over the trie subtrees in
+    ``ranges``. Returns (True, the subtrees below the pop nodes, as :meth:`Machine.walk` does) when ``pops`` has
+    room to record them (else none are recorded), or (False, nothing) when the configurations outgrow
+    ``MAX_CONFIGS``.
+
+    A configuration is a top state and the pool index of the frame below it. ``level[d]`` holds the
+    configurations after ``d`` bytes of the current trie path and ``closed[d]`` their closure, computed once per
+    trie node and shared by its children; a configuration that can neither call nor return is its own closure.
+    Frames pushed for a level are dropped (the pool top rewound) when the walk moves to another branch. A range
+    over the whole trie visits only the first bytes the closed configurations accept (``root_children``).
+    """
+    work_state, work_parent = work[0], work[1]
+    level_state, level_parent, closed_state, closed_parent = levels[0], levels[1], levels[2], levels[3]
+    level_n = marks[0]
+    closed_n = marks[1]  # -1: not computed for the current path
+    pool_mark = marks[2]  # pool top when level d was made
+    closed_mark = marks[3]  # pool top after level d's closure
+    node_at = marks[4]  # the trie node of each level on the current path
+    level_n[:] = 0
+    closed_n[:] = -1
+    pool_mark[:] = 0
+    closed_mark[:] = 0
+    node_at[:] = -1
+    span_start = np.empty(256, dtype=np.int64)
+    span_end = np.empty(256, dtype=np.int64)
+    record = pops.shape[0] > 0
+    num_pops = 0
+    for r in range(ranges.shape[0]):
+        base = ranges[r, 2]
+        for j in range(top_state.shape[0]):
+            level_state[base, j] = top_state[j]
+            level_parent[base, j] = top_parent[j]
+        level_n[base] = top_state.shape[0]
+        closed_n[base] = -1
+        pool_mark[base] = pool_used
+        if not expand_base:  # the caller already expanded them
+            for j in range(top_state.shape[0]):
+                closed_state[base, j] = top_state[j]
+                closed_parent[base, j] = top_parent[j]
+            closed_n[base] = top_state.shape[0]
+            closed_mark[base] = pool_used
+        node_at[base] = -1
+        num_spans = 1
+        span_start[0] = ranges[r, 0]
+        span_end[0] = ranges[r, 1]
+        if base == 0 and ranges[r, 0] == 0 and ranges[r, 1] == node_key.shape[0]:
+            if closed_n[0] < 0:
+                if not _close_level(
+                    0, accepting, call_ptr, call_start, call_return, pool_state, pool_parent, level_state,
+                    level_parent, level_n, closed_state, closed_parent, closed_n, pool_mark, closed_mark,
+                    work_state, work_parent,
+                ):  # fmt: skip
+                    return False, np.empty((0, 3), dtype=np.int64)
+                if record and _bottom_returns(0, accepting, closed_state, closed_parent, closed_n):
+                    pops[num_pops] = node_at[0]
+                    num_pops += 1
+            num_spans = 0
+            for byte in range(256):
+                child = root_children[byte]
+                if child < 0:
+                    continue
+                for j in range(closed_n[0]):
+                    if trans[closed_state[0, j], byte] >= 0:
+                        span_start[num_spans] = child
+                        span_end[num_spans] = node_next[child]
+                        num_spans += 1
+                        break
+        for span in range(num_spans):
+            i = span_start[span]
+            end = span_end[span]
+            while i < end:
+                key = node_key[i]
+                depth = key >> 8
+                byte = key & 255
+                parent = depth - 1
+                if closed_n[parent] < 0:
+                    s0 = level_state[parent, 0]
+                    if level_n[parent] == 1 and call_ptr[s0] == call_ptr[s0 + 1] and not accepting[s0]:
+                        closed_state[parent, 0] = s0  # the common case first: one plain configuration
+                        closed_parent[parent, 0] = level_parent[parent, 0]
+                        closed_n[parent] = 1
+                        closed_mark[parent] = pool_mark[parent]
+                    elif _plain_level(parent, accepting, call_ptr, level_state, level_n):
+                        _copy_level(
+                            parent, level_state, level_parent, level_n, closed_state, closed_parent, closed_n,
+                            pool_mark, closed_mark,
+                        )  # fmt: skip
+                    else:  # some configuration calls or returns
+                        if not _close_level(
+                            parent, accepting, call_ptr, call_start, call_return, pool_state, pool_parent,
+                            level_state, level_parent, level_n, closed_state, closed_parent, closed_n, pool_mark,
+                            closed_mark, work_state, work_parent,
+                        ):  # fmt: skip
+                            return False, np.empty((0, 3), dtype=np.int64)
+                        if record and _bottom_returns(parent, accepting, closed_state, closed_parent, closed_n):
+                            pops[num_pops] = node_at[parent]
+                            num_pops += 1
+                count = 0
+                for j in range(closed_n[parent]):
+                    t = trans[closed_state[parent, j], byte]
+                    if t < 0:
+                        continue
+                    up = closed_parent[parent, j]
+                    duplicate = False
+                    for m in range(count):
+                        if level_state[depth, m] == t and level_parent[depth, m] == up:
+                            duplicate = True
+                            break
+                    if duplicate:
+                        continue
+                    level_state[depth, count] = t
+                    level_parent[depth, count] = up
+                    count += 1
+                if count == 0:
+                    i = node_next[i]
+                    continue
+                level_n[depth] = count
+                pool_mark[depth] = closed_mark[parent]
+                closed_n[depth] = -1
+                node_at[depth] = i
+                for k in range(node_token_ptr[i], node_token_ptr[i + 1]):
+                    t = token_ids[k]
+                    out[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+                i += 1
+    return True, _subtrees_below(pops, num_pops, node_key, node_next)
