@@ -1,4 +1,4 @@
-"""Benchmark of constrain.kernels.apply_token_bitmask against plain torch references.
+"""Benchmark of constrain.kernels.bitmask.apply_token_bitmask against plain torch references.
 
 Run: python benchmarks/bench_kernels.py [--vocab 262144] [--quick]
 
@@ -27,7 +27,7 @@ import numba
 import numpy as np
 import torch
 
-from constrain.kernels import apply_token_bitmask, apply_token_bitmask_torch, bitmask_to_bool, bool_to_bitmask
+from constrain.kernels.bitmask import apply_token_bitmask, apply_token_bitmask_torch, bitmask_to_bool, bool_to_bitmask
 
 
 def timeit(fn, reps: int, warmup: int = 3) -> tuple[float, float]:
@@ -59,7 +59,7 @@ FIRST_CALL = r"""
 import time, sys
 t0 = time.perf_counter()
 import numpy as np
-import constrain.kernels as k
+import constrain.kernels.bitmask as k
 t1 = time.perf_counter()
 logits = np.zeros((1, 262144), dtype=np.float32)
 bm = k.allocate_token_bitmask(1, 262144); bm[0, ::3] = 0

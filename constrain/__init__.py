@@ -24,10 +24,10 @@ _EXPORTS = {
     "compile_regex": "constrain.compilers.regex",
     "CompiledStructure": "constrain.runtime.matcher",
     "Matcher": "constrain.runtime.matcher",
-    "allocate_token_bitmask": "constrain.kernels",
-    "apply_token_bitmask": "constrain.kernels",
-    "bitmask_to_bool": "constrain.kernels",
-    "bool_to_bitmask": "constrain.kernels",
+    "allocate_token_bitmask": "constrain.kernels.bitmask",
+    "apply_token_bitmask": "constrain.kernels.bitmask",
+    "bitmask_to_bool": "constrain.kernels.bitmask",
+    "bool_to_bitmask": "constrain.kernels.bitmask",
     "generate": "constrain.integrations.transformers",
     "compile_grammar": "constrain.runtime.pushdown",
     "compile_json_schema": "constrain.compilers.json_schema",
@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from constrain.runtime.pushdown import compile_grammar
     from constrain.compilers.regex import compile_regex
     from constrain.errors import ConstrainError, DeadEndError, RegexError, ShapeError, StructureError, TokenError, VocabularyError
-    from constrain.kernels import allocate_token_bitmask, apply_token_bitmask, bitmask_to_bool, bool_to_bitmask
+    from constrain.kernels.bitmask import allocate_token_bitmask, apply_token_bitmask, bitmask_to_bool, bool_to_bitmask
     from constrain.runtime.matcher import CompiledStructure, Matcher
     from constrain.sampling import Sampler, SamplingParams
     from constrain.vocab.vocabulary import Vocabulary

@@ -283,7 +283,7 @@ def beam_search(
 
 def _mask_rows(logits: np.ndarray, matchers: list[Any]) -> None:
     """-inf on each row's disallowed tokens (ids past the matcher's vocabulary are disallowed too)."""
-    from constrain.kernels import apply_token_bitmask
+    from constrain.kernels.bitmask import apply_token_bitmask
 
     V = logits.shape[1]
     width = (V + 31) // 32

@@ -455,7 +455,7 @@ def _apply_bias_inplace(z: Any, rows: _Rows) -> None:
 def _apply_mask_inplace(z: Any, mask: Any, squeeze: bool) -> None:
     if mask is None:
         return
-    from constrain import kernels
+    from constrain.kernels import bitmask as kernels
 
     if not (_is_tensor(mask) or isinstance(mask, np.ndarray)):
         mask = np.asarray(mask)

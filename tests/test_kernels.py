@@ -1,4 +1,4 @@
-"""Tests for constrain.kernels: bitmask packing, unpacking, counting and applying to logits (numpy and torch)."""
+"""Tests for constrain.kernels.bitmask: bitmask packing, unpacking, counting and applying to logits (numpy and torch)."""
 
 from __future__ import annotations
 
@@ -13,16 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from constrain.errors import ShapeError
-from constrain.kernels import (
-    allocate_token_bitmask,
-    allowed_token_ids,
-    apply_token_bitmask,
-    apply_token_bitmask_torch,
-    bitmask_to_bool,
-    bitmask_width,
-    bool_to_bitmask,
-    count_allowed,
-)
+from constrain.kernels.bitmask import allocate_token_bitmask, allowed_token_ids, apply_token_bitmask, apply_token_bitmask_torch, bitmask_to_bool, bitmask_width, bool_to_bitmask, count_allowed
 
 VOCABS = [1, 31, 32, 33, 1000, 262144]
 
@@ -538,7 +529,7 @@ def test_import_does_not_import_torch():
         "pkg = types.ModuleType('constrain'); pkg.__path__ = [str(pathlib.Path(e.__file__).parent)]\n"
         "sys.modules['constrain'] = pkg\n"
         "for name in [m for m in sys.modules if m.startswith('torch')]: del sys.modules[name]\n"
-        "import importlib; importlib.import_module('constrain.kernels')\n"
+        "import importlib; importlib.import_module('constrain.kernels.bitmask')\n"
         "assert 'torch' not in sys.modules, 'torch imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -622,7 +613,7 @@ def test_apply_concurrent_callers():
 def test_apply_after_fork():
     """The helper threads do not survive fork(): a forked child must still apply big batches (no hang)."""
     code = (
-        "import os, numpy as np, constrain.kernels as k\n"
+        "import os, numpy as np, constrain.kernels.bitmask as k\n"
         "x = np.zeros((8, 262144), np.float32); bm = k.allocate_token_bitmask(8, 262144); bm[:, ::2] = 0\n"
         "k.apply_token_bitmask(x, bm)\n"
         "pid = os.fork()\n"

@@ -10,7 +10,7 @@ import pytest
 
 from constrain.compilers.regex import compile_regex
 from constrain.errors import ShapeError, TokenError
-from constrain.kernels import allocate_token_bitmask
+from constrain.kernels.bitmask import allocate_token_bitmask
 from constrain.vocab.vocabulary import Vocabulary
 
 TOKENS = [b"a", b"b", b"c", b"ab", b"abc", b"-", b"1", b"12", b"\xc3", b"\xa9", "é".encode(), b" "]

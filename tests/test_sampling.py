@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import constrain.sampling as S
 from constrain.errors import ConstrainError, DeadEndError, ShapeError, TokenError
-from constrain.kernels import bool_to_bitmask
+from constrain.kernels.bitmask import bool_to_bitmask
 from constrain.sampling import (
     PRESETS,
     LogitsError,

@@ -37,7 +37,7 @@ from constrain.integrations.vllm import (
     fill_draft_bitmasks,
     structure_request,
 )
-from constrain.kernels import allowed_token_ids
+from constrain.kernels.bitmask import allowed_token_ids
 from constrain.vocab.vocabulary import Vocabulary
 
 # ------------------------------------------------------------------------------------------------------------
@@ -385,7 +385,7 @@ def run_requests(backend, patterns, num_spec, seed, request_type="regex"):
             drafts.append(valid + [-1] * (num_spec - len(valid)))
         bitmask = engine_fill(backend, [grammars[i] for i in live], drafts, num_spec)
         logits = torch.tensor(rng.normal(size=(bitmask.shape[0], PADDED)), dtype=torch.float32)
-        from constrain.kernels import apply_token_bitmask
+        from constrain.kernels.bitmask import apply_token_bitmask
 
         apply_token_bitmask(logits, bitmask)
         for k, i in enumerate(live):
@@ -427,7 +427,7 @@ def test_generation_with_speculation_stays_inside(backend, vocab, num_spec):
 def greedy(backend, pattern, num_spec, seed, request_type="regex"):
     """Greedy decoding under the structure with a 'model' whose logits depend only on the history, and a draft
     model that guesses (often wrongly); verification keeps a draft exactly when it is the target's argmax."""
-    from constrain.kernels import apply_token_bitmask
+    from constrain.kernels.bitmask import apply_token_bitmask
 
     def model_logits(history):
         rng = np.random.default_rng([seed, *history])
@@ -500,7 +500,7 @@ def gemma_vocab_ids(vocab, text: str) -> list[int]:
 
 
 def test_gemma_speculative_generation(gemma_backend, gemma_vocab):
-    from constrain.kernels import apply_token_bitmask
+    from constrain.kernels.bitmask import apply_token_bitmask
 
     pattern = r"[A-Z][a-z]{2,8} \d{4}-\d{2}-\d{2}"
     num_spec = 3

@@ -21,7 +21,7 @@ How llama-cpp-python (0.3.x) calls a processor, and what this module does with i
   included (int32, a view of the model's own buffer), and ``scores``, the logit column of llama.cpp's candidate
   array (float32, shape ``(n_vocab,)``, a strided view: 12 bytes between entries). Whatever it returns is copied
   back into that column. :class:`LlamaCppLogitsProcessor` writes ``-inf`` into the disallowed entries in place,
-  with the numba kernel of :mod:`constrain.kernels` (no copy), and returns the same array.
+  with the numba kernel of :mod:`constrain.kernels.bitmask` (no copy), and returns the same array.
 - Generation stops when llama.cpp samples an end-of-generation token (``llama_vocab_is_eog``). The vocabularies
   built here take exactly those as the end-of-sequence ids: the structure allows them where it accepts, and where
   nothing else may follow they are the only tokens allowed, so generation ends exactly at the end of the structure
@@ -75,7 +75,7 @@ import numpy as np
 
 from constrain.cache import cache_dir
 from constrain.errors import ConstrainError, DeadEndError, ShapeError, TokenError, VocabularyError
-from constrain.kernels import apply_token_bitmask
+from constrain.kernels.bitmask import apply_token_bitmask
 from constrain.runtime.matcher import CompiledStructure, Matcher
 from constrain.vocab.readers import NON_TEXT_ADDED_TOKENS
 from constrain.vocab.vocabulary import Vocabulary

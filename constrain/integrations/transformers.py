@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from constrain.errors import DeadEndError, ShapeError, VocabularyError
-from constrain.kernels import allocate_token_bitmask, apply_token_bitmask
+from constrain.kernels.bitmask import allocate_token_bitmask, apply_token_bitmask
 from constrain.runtime.matcher import CompiledStructure, Matcher
 from constrain.vocab.vocabulary import Vocabulary
 

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from constrain.errors import ShapeError, StructureError, TokenError, VocabularyError
-from constrain.kernels import apply_token_bitmask
+from constrain.kernels.bitmask import apply_token_bitmask
 from constrain.runtime.matcher import CompiledStructure
 from constrain.vocab.vocabulary import Vocabulary
 

@@ -27,16 +27,6 @@ import numpy as np
 
 from constrain.errors import ShapeError
 
-__all__ = [
-    "allocate_token_bitmask",
-    "bitmask_width",
-    "apply_token_bitmask",
-    "apply_token_bitmask_torch",
-    "bitmask_to_bool",
-    "bool_to_bitmask",
-    "count_allowed",
-    "allowed_token_ids",
-]
 
 # Bit patterns of -inf, by element size in bytes (IEEE half / single / double) and for bfloat16.
 _NEG_INF_BITS = {
