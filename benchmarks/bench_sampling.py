@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-    from constrain.sampling import Sampler, SamplingParams
+    from constrain.decoding.sampling import Sampler
+    from constrain.decoding.params import SamplingParams
 
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)

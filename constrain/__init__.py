@@ -36,9 +36,9 @@ _EXPORTS = {
     "compile_gbnf": "constrain.compilers.gbnf",
     "GrammarSyntaxError": "constrain.compilers.gbnf",
     "compile_pydantic": "constrain.compilers.pydantic",
-    "SamplingParams": "constrain.sampling",
-    "Sampler": "constrain.sampling",
-    "beam_search": "constrain.beam",
+    "SamplingParams": "constrain.decoding.sampling",
+    "Sampler": "constrain.decoding.sampling",
+    "beam_search": "constrain.decoding.beam",
     "ConstrainError": "constrain.errors",
     "StructureError": "constrain.errors",
     "RegexError": "constrain.errors",
@@ -51,7 +51,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
-    from constrain.beam import beam_search
+    from constrain.decoding.beam import beam_search
     from constrain.compilers.gbnf import GrammarSyntaxError, compile_gbnf
     from constrain.compilers.json_schema import JsonSchemaError, compile_json_schema
     from constrain.compilers.lark import compile_lark
@@ -62,7 +62,8 @@ if TYPE_CHECKING:
     from constrain.errors import ConstrainError, DeadEndError, RegexError, ShapeError, StructureError, TokenError, VocabularyError
     from constrain.kernels.bitmask import allocate_token_bitmask, apply_token_bitmask, bitmask_to_bool, bool_to_bitmask
     from constrain.runtime.matcher import CompiledStructure, Matcher
-    from constrain.sampling import Sampler, SamplingParams
+    from constrain.decoding.sampling import Sampler
+    from constrain.decoding.params import SamplingParams
     from constrain.vocab.vocabulary import Vocabulary
 
 

@@ -1,7 +1,7 @@
 """Sampling: parameters, the transform pipeline, exact supports, distributions, penalties and bad input.
 
 The expected values below are computed by hand or by `reference_probs`, a deliberately naive float64
-implementation of the documented definitions (sorted lists, Python loops), independent of constrain.sampling.
+implementation of the documented definitions (sorted lists, Python loops), independent of constrain.decoding.sampling.
 """
 
 from __future__ import annotations
@@ -14,24 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import constrain.sampling as S
+import constrain.decoding.sampling as S
 from constrain.errors import ConstrainError, DeadEndError, ShapeError, TokenError
 from constrain.kernels.bitmask import bool_to_bitmask
-from constrain.sampling import (
-    PRESETS,
-    LogitsError,
-    Sampler,
-    SamplingParams,
-    SamplingParamsError,
-    apply_logit_bias,
-    apply_penalties,
-    apply_structure_mask,
-    log_softmax,
-    next_token_probs,
-    sample,
-    sample_from_probs,
-    softmax,
-)
+from constrain.decoding.params import PRESETS, LogitsError, SamplingParams, SamplingParamsError
+from constrain.decoding.sampling import Sampler, next_token_probs, sample, sample_from_probs
+from constrain.decoding.transforms import apply_logit_bias, apply_penalties, apply_structure_mask, log_softmax, softmax
 
 torch = pytest.importorskip("torch")
 chisquare = pytest.importorskip("scipy.stats").chisquare

@@ -29,8 +29,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from constrain.decoding.transforms import log_softmax
 from constrain.errors import ConstrainError, DeadEndError, ShapeError, TokenError
-from constrain.sampling import log_softmax
 
 __all__ = ["BeamHypothesis", "BeamSearchError", "beam_search", "model_next_logits"]
 

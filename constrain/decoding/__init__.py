@@ -1,0 +1,17 @@
+"""The decoding toolkit: sampling parameters, logits transforms, samplers and beam search, exact under a structure."""
+
+from constrain.decoding.beam import beam_search
+from constrain.decoding.params import PRESETS, SamplingParams
+from constrain.decoding.sampling import Sampler, next_token_probs, sample, sample_from_probs
+from constrain.decoding.transforms import (
+    apply_logit_bias,
+    apply_penalties,
+    apply_structure_mask,
+    log_softmax,
+    softmax,
+)
+
+__all__ = [
+    "PRESETS", "Sampler", "SamplingParams", "apply_logit_bias", "apply_penalties", "apply_structure_mask",
+    "beam_search", "log_softmax", "next_token_probs", "sample", "sample_from_probs", "softmax",
+]
