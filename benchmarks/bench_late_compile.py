@@ -31,7 +31,7 @@ def main() -> None:
 
     from constrain import collector
     from constrain.compilers.json_schema import compile_json_schema
-    from constrain.tokenizers import load_gemma_tokenizer
+    from constrain.models.tokenizers import load_gemma_tokenizer
     from constrain.vocab.vocabulary import Vocabulary
 
     if args.no_pause:

@@ -66,7 +66,7 @@ import jsonschema
 from constrain.compilers.json_schema import compile_json_schema
 from constrain.compilers.regex import compile_regex
 from constrain.integrations.llamacpp import LlamaCppLogitsProcessor, vocabulary_from_llama
-from constrain.models import gguf_model_path
+from constrain.models.gemma import gguf_model_path
 
 USER_SCHEMA = {
     "type": "object",

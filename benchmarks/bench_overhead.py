@@ -42,7 +42,7 @@ import torch
 
 from constrain.compilers.json_schema import compile_json_schema
 from constrain.integrations import transformers as ct
-from constrain.models import default_eos_ids, load_default_model
+from constrain.models.gemma import default_eos_ids, load_default_model
 from constrain.vocab.vocabulary import Vocabulary
 
 SCHEMA = {

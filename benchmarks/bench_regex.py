@@ -33,7 +33,7 @@ import numpy as np
 from constrain.compilers.regex import compile_regex
 from constrain.automata.regex import regex_to_dfa
 from constrain.kernels.bitmask import allocate_token_bitmask
-from constrain.tokenizers import load_gemma_tokenizer
+from constrain.models.tokenizers import load_gemma_tokenizer
 from constrain.vocab.vocabulary import Vocabulary
 
 

@@ -52,7 +52,7 @@ def main() -> None:
     ap.add_argument("--fresh-reps", type=int, default=3, help="fresh-process builds per tokenizer (0: skip)")
     args = ap.parse_args()
 
-    from constrain.tokenizers import load_cl100k, load_gemma_tokenizer
+    from constrain.models.tokenizers import load_cl100k, load_gemma_tokenizer
     from constrain.vocab.vocabulary import Vocabulary
 
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3

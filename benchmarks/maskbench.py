@@ -581,7 +581,7 @@ def worker_main(engine_name: str, fd_in: int, fd_out: int, args: dict[str, Any])
         engine = ENGINE_CLASSES[engine_name]()
         tokenizer = vocab = None
         if engine.needs_tokenizer:
-            from constrain.tokenizers import load_gemma_tokenizer
+            from constrain.models.tokenizers import load_gemma_tokenizer
             from constrain.vocab.vocabulary import Vocabulary
 
             tokenizer = load_gemma_tokenizer()
@@ -1164,7 +1164,7 @@ def main(argv: list[str] | None = None) -> int:
     if not entries:
         p.error("no schema selected")
 
-    from constrain.tokenizers import load_gemma_tokenizer
+    from constrain.models.tokenizers import load_gemma_tokenizer
     from constrain.vocab.vocabulary import Vocabulary
 
     tokenizer = load_gemma_tokenizer()

@@ -36,7 +36,7 @@ def worker(sample: int, seed: int, flush_mb: int) -> None:
 
     from constrain.automata.nfa import compile_kernels
     from constrain.compilers.json_schema import compile_json_schema
-    from constrain.tokenizers import load_gemma_tokenizer
+    from constrain.models.tokenizers import load_gemma_tokenizer
     from constrain.vocab.vocabulary import Vocabulary
 
     vocab = Vocabulary.from_tokenizer(load_gemma_tokenizer())

@@ -21,7 +21,7 @@ def demo(args: argparse.Namespace) -> int:
 
     from constrain.compilers.regex import compile_regex
     from constrain.integrations.transformers import StructureLogitsProcessor
-    from constrain.models import default_eos_ids, load_default_model
+    from constrain.models.gemma import default_eos_ids, load_default_model
     from constrain.vocab.vocabulary import Vocabulary
 
     t0 = time.perf_counter()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from constrain.tokenizers import load_cl100k, load_gemma_tokenizer
+from constrain.models.tokenizers import load_cl100k, load_gemma_tokenizer
 from constrain.vocab.vocabulary import Vocabulary
 
 

@@ -380,7 +380,7 @@ def run_entry(entry: dict[str, Any], tokenizer: Any, vocab: Any, timeout: float 
 
 
 def load_gemma() -> tuple[Any, Any]:
-    from constrain.tokenizers import load_gemma_tokenizer
+    from constrain.models.tokenizers import load_gemma_tokenizer
     from constrain.vocab.vocabulary import Vocabulary
 
     tokenizer = load_gemma_tokenizer()

@@ -24,7 +24,7 @@ from constrain.compilers.regex import compile_regex
 from constrain.errors import DeadEndError, RegexError, ShapeError, TokenError, VocabularyError
 from constrain.grammar.ir import Grammar, GrammarError, Literal, Ref, Seq
 from constrain.integrations.transformers import StructureLogitsProcessor
-from constrain.models import load_default_model
+from constrain.models.gemma import load_default_model
 from constrain.runtime.pushdown import compile_grammar
 from constrain.vocab.vocabulary import Vocabulary
 

@@ -159,7 +159,7 @@ def llm():
     lc = pytest.importorskip(
         "llama_cpp", reason="llama-cpp-python is not installed (pip install -e '.[llamacpp]', or scripts/setup.sh)"
     )
-    from constrain.models import gguf_model_path
+    from constrain.models.gemma import gguf_model_path
 
     return lc.Llama(model_path=str(gguf_model_path()), n_ctx=1024, seed=0, verbose=False)
 

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from constrain import models
-from constrain.models import default_eos_ids, default_model_dir, gguf_model_path, load_default_model
+from constrain.models import gemma as models
+from constrain.models.gemma import default_eos_ids, default_model_dir, gguf_model_path, load_default_model
 
 PROMPT = "The capital of France is"
 GEMMA_VOCAB = 262_144

@@ -12,7 +12,7 @@ import constrain
 from constrain.compilers.regex import compile_regex
 from constrain.errors import DeadEndError, ShapeError, VocabularyError
 from constrain.integrations.transformers import StructureLogitsProcessor
-from constrain.models import default_eos_ids, load_default_model
+from constrain.models.gemma import default_eos_ids, load_default_model
 from constrain.vocab.vocabulary import Vocabulary
 
 pytestmark = pytest.mark.slow

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from constrain.errors import TokenError, VocabularyError
-from constrain.tokenizers import load_cl100k, load_cl100k_byte_level, load_gemma_tokenizer
+from constrain.models.tokenizers import load_cl100k, load_cl100k_byte_level, load_gemma_tokenizer
 from constrain.vocab.readers import NON_TEXT_ADDED_TOKENS, bytes_to_unicode
 from constrain.vocab.trie import TokenTrie
 from constrain.vocab.vocabulary import Vocabulary

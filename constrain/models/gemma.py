@@ -50,12 +50,11 @@ from typing import TYPE_CHECKING, Any
 
 from constrain.cache import cache_dir
 from constrain.errors import ConstrainError
-from constrain.tokenizers import gemma_gguf_path, load_gemma_tokenizer
+from constrain.models.tokenizers import gemma_gguf_path, load_gemma_tokenizer
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["load_default_model", "default_eos_ids", "gguf_model_path", "default_model_dir"]
 
 _MODEL_DIR = ("models", "gemma3-270m")
 _MARKER = "constrain-source.json"

@@ -28,7 +28,6 @@ from typing import Any
 from constrain.cache import cache_dir
 from constrain.errors import VocabularyError
 
-__all__ = ["gemma_gguf_path", "load_gemma_tokenizer", "load_cl100k", "load_cl100k_byte_level"]
 
 _GEMMA_DIR = ("tokenizers", "gemma3-270m")
 _CL100K_HF_DIR = ("tokenizers", "cl100k-byte-level")
