@@ -23,7 +23,7 @@ import numpy as np
 
 _FRESH = r"""
 import sys, time
-from constrain.tokenizers import load_gemma_tokenizer, load_cl100k
+from constrain.models import load_gemma_tokenizer, load_cl100k
 from constrain.vocab import Vocabulary
 tok = load_gemma_tokenizer() if sys.argv[1] == "gemma" else load_cl100k()
 t = time.perf_counter()

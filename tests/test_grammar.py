@@ -20,7 +20,7 @@ from constrain.errors import RegexError
 from constrain.grammar.ir import Alt, Grammar, GrammarError, Literal, Ref, Regex, Repeat, Seq
 from constrain.grammar.rules import build_pushdown, terminal_dfa
 from constrain.runtime.masks import walk_bytes, walk_trie
-from constrain.runtime import pushdown
+from constrain.runtime import lexical, pushdown
 from constrain.runtime.pushdown import DepthError, Machine, compile_grammar
 from constrain.runtime.lexical import LexicalMasks
 from constrain.vocab.vocabulary import Vocabulary
@@ -78,7 +78,7 @@ def fresh_lexical_store(tmp_path, monkeypatch):
         folder.mkdir(parents=True, exist_ok=True)
         return folder
 
-    monkeypatch.setattr(pushdown, "cache_dir", cache_dir)
+    monkeypatch.setattr(lexical, "cache_dir", cache_dir)
     monkeypatch.setattr(LexicalMasks, "_stores", {})
 
 

@@ -149,7 +149,7 @@ def test_an_unsatisfiable_pattern_and_length_names_the_bound():
 def test_a_repeated_class_of_many_code_points_sorts_its_ranges_once(monkeypatch):
     """Github_hard---o79409: a class spelled with ~14,000 code points repeated {1,200} sorted them once per
     copy, most of the time limit."""
-    from constrain.compilers import regex
+    from constrain.automata import regex
 
     original = regex.code_point_ranges
     calls = []

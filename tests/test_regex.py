@@ -206,7 +206,7 @@ def test_removing_words_needs_a_prefix_free_language_holding_them():
 def test_determinising_in_slices_builds_the_dfa_built_in_one_call(pattern, monkeypatch):
     """A subset construction larger than one slice of work is finished in slices, with the time limit looked at
     between them; the automaton is the one a single call builds."""
-    from constrain import automata as automaton
+    from constrain.automata import nfa as nfa_module
     from constrain.automata.regex import add_regex
 
     def build():
@@ -217,19 +217,19 @@ def test_determinising_in_slices_builds_the_dfa_built_in_one_call(pattern, monke
 
     whole = build()
     slices = []
-    sliced = automaton._subset_construction
-    monkeypatch.setattr(automaton, "_subset_construction", lambda *a: slices.append(1) or sliced(*a))
-    monkeypatch.setattr(automaton, "_WORK_PER_SLICE", 2)
+    sliced = nfa_module._subset_construction
+    monkeypatch.setattr(nfa_module, "_subset_construction", lambda *a: slices.append(1) or sliced(*a))
+    monkeypatch.setattr(nfa_module, "_WORK_PER_SLICE", 2)
     in_slices = build()
     assert len(slices) > 1
     assert np.array_equal(in_slices.trans, whole.trans) and np.array_equal(in_slices.accepting, whole.accepting)
 
 
 def test_compile_kernels_readies_the_kernels_only_a_large_automaton_reaches():
-    from constrain import automata as automaton
+    from constrain.automata import compile_kernels, determinize
 
-    automaton.compile_kernels()
-    for kernel in (automaton._index_nfa, automaton._subset_construction, automaton._reduced_subsets):
+    compile_kernels()
+    for kernel in (determinize._index_nfa, determinize._subset_construction, determinize._reduced_subsets):
         assert kernel.signatures, kernel  # compiled (or loaded from the cache) for a call from Python
 
 

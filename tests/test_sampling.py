@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import constrain.decoding.sampling as S
+import constrain.decoding.truncation as truncation
 from constrain.errors import ConstrainError, DeadEndError, ShapeError, TokenError
 from constrain.kernels.bitmask import bool_to_bitmask
 from constrain.decoding.params import PRESETS, LogitsError, SamplingParams, SamplingParamsError
@@ -79,6 +80,7 @@ def probs_fn(request, monkeypatch):
     kind = request.param
     if kind.endswith("-wide"):
         monkeypatch.setattr(S, "_SPARSE_MIN_V", 1)
+        monkeypatch.setattr(truncation, "_SPARSE_MIN_V", 1)
 
     def run(logits, params=None, **kw):
         logits = np.asarray(logits)

@@ -29,6 +29,7 @@ import torch
 from constrain.compilers.regex import compile_regex
 from constrain.errors import RegexError, ShapeError, StructureError, TokenError
 from constrain.integrations import vllm as cv
+from constrain.integrations.vllm import plugin as vllm_plugin
 from constrain.integrations.vllm import (
     ConstrainBackend,
     ConstrainGrammar,
@@ -575,7 +576,7 @@ def params(extra_args=None, stops=(EOS,)):
     return SimpleNamespace(extra_args=extra_args, all_stop_token_ids=set(stops))
 
 
-class Plugin(cv._StructureLogitsProcessorImpl):
+class Plugin(vllm_plugin._StructureLogitsProcessorImpl):
     """The plug-in's logic with a backend of the small vocabulary (vLLM would load the model's tokenizer)."""
 
     def make_backend(self):
@@ -619,7 +620,7 @@ def test_structure_request_from_extra_args():
 
 
 def test_validate_params_rejects_bad_requests_early(without_compilers):
-    validate = cv._StructureLogitsProcessorImpl.validate_params
+    validate = vllm_plugin._StructureLogitsProcessorImpl.validate_params
     validate(params())
     validate(params({"constrain_regex": r"\d+"}))
     validate(params({"constrain_choice": ["a", "b"]}))
@@ -1188,7 +1189,7 @@ def test_plugin_v2_json_requests(plugin_vocab):
 
 
 def test_validate_params_checks_json_schemas_at_admission():
-    validate = cv._StructureLogitsProcessorImpl.validate_params
+    validate = vllm_plugin._StructureLogitsProcessorImpl.validate_params
     validate(params({"constrain_json": JSON_SCHEMAS[3]}))
     validate(params({"constrain_json": json.dumps(JSON_SCHEMAS[0])}))
     validate(params({"constrain_json_object": True}))

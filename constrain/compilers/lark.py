@@ -32,7 +32,7 @@ by :func:`~constrain.grammar.rules.build_pushdown`, naming the rules of the cycl
 Refused: ``%declare``d terminals (a custom lexer makes them), lazy and possessive quantifiers in terminal regexes
 (lark's lexer then stops at the shortest match, so the terminal's language is not that of its regex; write the
 language itself, e.g. ``/"([^"\\\\]|\\\\.)*"/``), regex flags other than ``i s`` (``m`` and ``u`` change
-nothing here and are dropped), and what the regex subset of :mod:`constrain.compilers.regex` refuses. The
+nothing here and are dropped), and what the regex subset of :mod:`constrain.automata.regex` refuses. The
 ``common.lark`` terminals ``ESCAPED_STRING`` and ``C_COMMENT`` use lazy quantifiers; they are replaced by regexes
 for exactly the strings lark's lexer takes for them. Zero-width terminals are refused by lark. The flag ``i``
 folds ASCII letters only, as the regex subset does (Python's ``re``, which lark uses, also lets ``k``, ``s``

@@ -55,7 +55,7 @@ Vocabulary (:func:`vocabulary_from_llama`): a constrain :class:`~constrain.vocab
 the bytes llama.cpp gives it. By default it is read from llama.cpp itself (``llama_token_to_piece`` without
 special rendering, the token attributes, ``llama_vocab_is_eog``), which is exact for any GGUF; it is cached on disk
 under a key of the GGUF file (path, size, modification time) and in memory per model. Given a ``tokenizer``
-instead (for Gemma, :func:`constrain.tokenizers.load_gemma_tokenizer`), the vocabulary is built from the tokenizer
+instead (for Gemma, :func:`constrain.models.load_gemma_tokenizer`), the vocabulary is built from the tokenizer
 with llama.cpp's end-of-generation ids, and :func:`check_vocabulary` compares it with llama.cpp on a sample of ids
 (bytes, which ids are text, which end the sequence) and with llama.cpp's own ``detokenize``; a mismatch raises
 :class:`~constrain.errors.VocabularyError`.

@@ -48,7 +48,7 @@ percent-encoding), ``$anchor``, ``$id``-based URIs inside the document, ``$defs`
 with ``additionalItems``, ``minItems``/``maxItems``; ``contains`` with ``minContains``/``maxContains`` (arrays
 without a prefix: counted by a small automaton over "matching / other" items); ``minLength``/``maxLength``
 (code points; long bounds as blocks of fixed-length rules); ``pattern`` (ECMAScript search semantics: each
-top-level alternative anchored only by its own ``^``/``$``; the regex subset of :mod:`constrain.compilers.regex`:
+top-level alternative anchored only by its own ``^``/``$``; the regex subset of :mod:`constrain.automata.regex`:
 ``\d \w \s`` ASCII, ``.`` any character but ``\n``; together with a length bound, one byte automaton that
 counts characters beside the pattern's (:func:`_counted_dfa`), or when that is too large, blocks of a fixed
 number of characters, one rule per pattern state and block count);
@@ -203,7 +203,7 @@ class _TooLarge(Exception):
 
 
 # ==============================================================================================================
-# Lexical pieces (regex text in the subset of constrain.compilers.regex)
+# Lexical pieces (regex text in the subset of constrain.automata.regex)
 
 _PLAIN = r'[^"\\\x00-\x1f]'
 _ESCAPE = r'\\(?:["\\bfnrt]|u00(?:0[0-7bef]|1[0-9a-f]))'
