@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ConstrainError(Exception):
     """Base class of every error this library raises on purpose."""
@@ -46,3 +48,76 @@ class DeadEndError(ConstrainError, RuntimeError):
     def __init__(self, message: str, text: str | bytes | None = None):
         self.text = text
         super().__init__(message if text is None else f"{message} (output so far: {text!r})")
+
+
+class AutomatonTooLarge(StructureError):
+    """The structure needs more automaton states than the configured limit."""
+
+
+class CompileTimeout(StructureError):
+    """Building a structure's automata ran past the time limit its caller set (see :func:`deadline`)."""
+
+
+class GrammarError(StructureError):
+    """A grammar is malformed (an undefined rule, left recursion, a rule that can never complete)."""
+
+
+class GrammarSyntaxError(GrammarError):
+    """The text of a grammar (GBNF or Lark) cannot be parsed. ``line`` and ``column`` are 1-based."""
+
+    def __init__(self, message: str, line: int, column: int, source_line: str | None = None):
+        self.line = line
+        self.column = column
+        pointer = ""
+        if source_line is not None and len(source_line) <= 200:
+            pointer = f"\n  {source_line}\n  {' ' * (column - 1)}^"
+        super().__init__(f"{message} at line {line}, column {column}{pointer}")
+
+    @classmethod
+    def at(cls, message: str, text: str, offset: int) -> GrammarSyntaxError:
+        """The error at character ``offset`` of ``text``."""
+        line_start = text.rfind("\n", 0, offset) + 1
+        line_end = text.find("\n", offset)
+        source_line = text[line_start : None if line_end < 0 else line_end].rstrip("\r")
+        return cls(message, text.count("\n", 0, offset) + 1, offset - line_start + 1, source_line)
+
+
+class DepthError(StructureError):
+    """The text nests deeper than :data:`MAX_STACK_DEPTH` rule calls: following it further is refused rather than
+    followed inexactly."""
+
+
+class AmbiguityError(StructureError):
+    """The grammar allows too many parses of the text so far to follow them all."""
+
+
+class PydanticSchemaError(StructureError):
+    """Pydantic cannot write a JSON Schema for ``type``, or (strict mode) it validates more than the schema says."""
+
+    def __init__(self, message: str, model_type: Any):
+        self.type = model_type
+        self.reason = message
+        name = model_type.__qualname__ if isinstance(model_type, type) else repr(model_type)
+        super().__init__(f"{name}: {message}")
+
+
+class LogitsError(ConstrainError, ValueError):
+    """The logits cannot be sampled from (NaN entries, wrong dtype)."""
+
+
+class SamplingParamsError(ConstrainError, ValueError):
+    """A sampling parameter is out of range. ``parameter`` names it, ``value`` holds what was given."""
+
+    def __init__(self, parameter: str, value: Any, requirement: str):
+        self.parameter = parameter
+        self.value = value
+        super().__init__(f"invalid sampling parameter {parameter}={value!r}: {requirement}")
+
+
+class BeamSearchError(ConstrainError, ValueError):
+    """A beam-search argument is out of range. ``parameter`` names it."""
+
+    def __init__(self, parameter: str, value: Any, requirement: str):
+        self.parameter = parameter
+        self.value = value
+        super().__init__(f"invalid beam search argument {parameter}={value!r}: {requirement}")

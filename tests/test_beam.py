@@ -8,9 +8,9 @@ import re
 import numpy as np
 import pytest
 
-from constrain.decoding.beam import BeamHypothesis, BeamSearchError, beam_search, model_next_logits
-from constrain.errors import DeadEndError, ShapeError
+from constrain.decoding.beam import BeamHypothesis, beam_search, model_next_logits
 from constrain.decoding.transforms import log_softmax
+from constrain.errors import BeamSearchError, DeadEndError, ShapeError
 
 # ----------------------------------------------------------------------------------------------------------------
 # toy models

@@ -9,8 +9,9 @@ import time
 import pytest
 
 from constrain import collector
-from constrain.automata.limits import CompileTimeout, check_deadline, compile_clock, deadline
+from constrain.automata.limits import check_deadline, compile_clock, deadline
 from constrain.compilers.json_schema import compile_json_schema
+from constrain.errors import CompileTimeout
 
 
 @pytest.fixture(autouse=True)

@@ -21,8 +21,8 @@ from transformers import LogitsProcessorList
 import constrain
 from constrain.compilers.json_schema import JsonSchemaError, compile_json_schema
 from constrain.compilers.regex import compile_regex
-from constrain.errors import DeadEndError, RegexError, ShapeError, TokenError, VocabularyError
-from constrain.grammar.ir import Grammar, GrammarError, Literal, Ref, Seq
+from constrain.errors import DeadEndError, GrammarError, RegexError, ShapeError, TokenError, VocabularyError
+from constrain.grammar.ir import Grammar, Literal, Ref, Seq
 from constrain.integrations.transformers import StructureLogitsProcessor
 from constrain.models.gemma import load_default_model
 from constrain.runtime.pushdown import compile_grammar

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from constrain import grammars
-from constrain.compilers.gbnf import GrammarSyntaxError, compile_gbnf, gbnf_to_grammar
-from constrain.grammar.ir import GrammarError
+from constrain.compilers.gbnf import compile_gbnf, gbnf_to_grammar
+from constrain.errors import GrammarError, GrammarSyntaxError
 from constrain.integrations.vllm import RequestType, compile_structure
 from constrain.vocab.vocabulary import Vocabulary
 

@@ -13,16 +13,16 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from constrain.automata.dfa import bounded_language_hashes
+from constrain.automata.regex import regex_to_dfa
 from constrain.compilers.json_schema import _STRING as STRING_PATTERN
 from constrain.compilers.json_schema import _key_except_dfa, compile_json_schema
-from constrain.automata.regex import regex_to_dfa
-from constrain.errors import RegexError
-from constrain.grammar.ir import Alt, Grammar, GrammarError, Literal, Ref, Regex, Repeat, Seq
+from constrain.errors import DepthError, GrammarError, RegexError
+from constrain.grammar.ir import Alt, Grammar, Literal, Ref, Regex, Repeat, Seq
 from constrain.grammar.rules import build_pushdown, terminal_dfa
-from constrain.runtime.masks import walk_bytes, walk_trie
 from constrain.runtime import lexical, pushdown
-from constrain.runtime.pushdown import DepthError, Machine, compile_grammar
 from constrain.runtime.lexical import LexicalMasks
+from constrain.runtime.masks import walk_bytes, walk_trie
+from constrain.runtime.pushdown import Machine, compile_grammar
 from constrain.vocab.vocabulary import Vocabulary
 
 

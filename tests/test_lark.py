@@ -17,9 +17,8 @@ import lark
 import pytest
 
 from constrain import grammars
-from constrain.compilers.gbnf import GrammarSyntaxError
 from constrain.compilers.lark import _LEXER_LANGUAGE, compile_lark, lark_to_grammar
-from constrain.grammar.ir import GrammarError
+from constrain.errors import GrammarError, GrammarSyntaxError
 from constrain.integrations.vllm import RequestType, compile_structure
 from constrain.vocab.vocabulary import Vocabulary
 

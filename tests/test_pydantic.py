@@ -38,8 +38,8 @@ from typing_extensions import NotRequired, TypedDict
 
 import constrain
 from constrain.compilers.json_schema import JsonSchemaError
-from constrain.compilers.pydantic import PydanticSchemaError, compile_pydantic, parse, pydantic_schema
-from constrain.errors import StructureError
+from constrain.compilers.pydantic import compile_pydantic, parse, pydantic_schema
+from constrain.errors import PydanticSchemaError, StructureError
 
 # -- the types -------------------------------------------------------------------------------------------------
 

@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 
 import constrain.decoding.sampling as S
 import constrain.decoding.truncation as truncation
-from constrain.errors import ConstrainError, DeadEndError, ShapeError, TokenError
-from constrain.kernels.bitmask import bool_to_bitmask
-from constrain.decoding.params import PRESETS, LogitsError, SamplingParams, SamplingParamsError
+from constrain.decoding.params import PRESETS, SamplingParams
 from constrain.decoding.sampling import Sampler, next_token_probs, sample, sample_from_probs
 from constrain.decoding.transforms import apply_logit_bias, apply_penalties, apply_structure_mask, log_softmax, softmax
+from constrain.errors import ConstrainError, DeadEndError, LogitsError, SamplingParamsError, ShapeError, TokenError
+from constrain.kernels.bitmask import bool_to_bitmask
 
 torch = pytest.importorskip("torch")
 chisquare = pytest.importorskip("scipy.stats").chisquare

@@ -17,15 +17,11 @@ from contextlib import contextmanager
 from numba.core import event as numba_events
 
 from constrain import collector
-from constrain.errors import StructureError
+from constrain.errors import CompileTimeout
 
 #: Hostile-input guards: an automaton past these sizes is refused rather than built.
 MAX_NFA_STATES = 2_000_000
 MAX_DFA_STATES = 200_000
-
-
-class CompileTimeout(StructureError):
-    """Building a structure's automata ran past the time limit its caller set (see :func:`deadline`)."""
 
 
 class _Deadline:
@@ -113,5 +109,3 @@ def check_deadline() -> None:
         raise CompileTimeout("building the automata ran past the time limit")
 
 
-class AutomatonTooLarge(StructureError):
-    """The structure needs more automaton states than the configured limit."""

@@ -26,13 +26,9 @@ from constrain.automata.determinize import (
     _subset_construction,
 )
 from constrain.automata.dfa import ByteDFA
-from constrain.automata.limits import (
-    MAX_DFA_STATES,
-    MAX_NFA_STATES,
-    AutomatonTooLarge,
-    check_deadline,
-)
+from constrain.automata.limits import MAX_DFA_STATES, MAX_NFA_STATES, check_deadline
 from constrain.automata.utf8 import _utf8_paths
+from constrain.errors import AutomatonTooLarge
 
 #: Marker labels (outside the byte range 0-255) for the anchors.
 BEGIN = 256

@@ -23,7 +23,8 @@ from __future__ import annotations
 import re
 
 from constrain.automata.utf8 import MAX_CODE_POINT, SURROGATES, complement_ranges
-from constrain.grammar.ir import Alt, Expr, Grammar, GrammarError, Literal, Ref, Regex, Repeat, Seq
+from constrain.errors import GrammarSyntaxError
+from constrain.grammar.ir import Alt, Expr, Grammar, Literal, Ref, Regex, Repeat, Seq
 from constrain.grammar.rules import build_pushdown
 from constrain.runtime.pushdown import GrammarStructure
 from constrain.vocab.vocabulary import Vocabulary
@@ -36,26 +37,6 @@ _COUNT = re.compile(r"\{[ \t]*(\d+)[ \t]*(?:(,)[ \t]*(\d*)[ \t]*)?\}")
 _SIMPLE_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "\\": "\\", '"': '"', "[": "[", "]": "]", "-": "-"}
 _HEX_ESCAPES = {"x": 2, "u": 4, "U": 8}
 _SCALAR_VALUES = MAX_CODE_POINT + 1 - (SURROGATES[1] - SURROGATES[0] + 1)
-
-
-class GrammarSyntaxError(GrammarError):
-    """The text of a grammar (GBNF or Lark) cannot be parsed. ``line`` and ``column`` are 1-based."""
-
-    def __init__(self, message: str, line: int, column: int, source_line: str | None = None):
-        self.line = line
-        self.column = column
-        pointer = ""
-        if source_line is not None and len(source_line) <= 200:
-            pointer = f"\n  {source_line}\n  {' ' * (column - 1)}^"
-        super().__init__(f"{message} at line {line}, column {column}{pointer}")
-
-    @classmethod
-    def at(cls, message: str, text: str, offset: int) -> GrammarSyntaxError:
-        """The error at character ``offset`` of ``text``."""
-        line_start = text.rfind("\n", 0, offset) + 1
-        line_end = text.find("\n", offset)
-        source_line = text[line_start : None if line_end < 0 else line_end].rstrip("\r")
-        return cls(message, text.count("\n", 0, offset) + 1, offset - line_start + 1, source_line)
 
 
 def escape_char(code: int) -> str:

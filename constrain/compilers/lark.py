@@ -50,13 +50,13 @@ from lark.grammar import Symbol
 from lark.lexer import PatternStr, TerminalDef
 
 from constrain.automata.nfa import ByteNFA
-from constrain.errors import RegexError
-from constrain.grammar.ir import Alt, Expr, Grammar, GrammarError, Literal, Ref, Regex, Repeat, Seq
+from constrain.automata.regex import add_regex
+from constrain.compilers.gbnf import escape_char
+from constrain.errors import GrammarError, GrammarSyntaxError, RegexError
+from constrain.grammar.ir import Alt, Expr, Grammar, Literal, Ref, Regex, Repeat, Seq
 from constrain.grammar.rules import build_pushdown
 from constrain.runtime.pushdown import GrammarStructure
 from constrain.vocab.vocabulary import Vocabulary
-from constrain.compilers.gbnf import GrammarSyntaxError, escape_char
-from constrain.automata.regex import add_regex
 
 __all__ = ["GrammarSyntaxError", "compile_lark", "lark_to_grammar"]
 

@@ -48,8 +48,8 @@ from pydantic.errors import PydanticUndefinedAnnotation, PydanticUserError
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
-from constrain.errors import StructureError
 from constrain.compilers.json_schema import compile_json_schema
+from constrain.errors import PydanticSchemaError
 
 if TYPE_CHECKING:
     from constrain.runtime.pushdown import GrammarStructure
@@ -93,15 +93,6 @@ _UUID_VERSION = re.compile(r"uuid([1-8])")
 _DATA_KEYWORDS = frozenset({"default", "examples", "enum", "const"})
 _SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
 _EXTRA_KEYWORDS = frozenset({"additionalProperties", "patternProperties", "unevaluatedProperties"})
-
-
-class PydanticSchemaError(StructureError):
-    """Pydantic cannot write a JSON Schema for ``type``, or (strict mode) it validates more than the schema says."""
-
-    def __init__(self, message: str, model_type: Any):
-        self.type = model_type
-        self.reason = message
-        super().__init__(f"{_type_name(model_type)}: {message}")
 
 
 def pydantic_schema(model_type: Any, *, additional_properties_default: bool = False) -> dict[str, Any]:

@@ -30,18 +30,9 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from constrain.decoding.transforms import log_softmax
-from constrain.errors import ConstrainError, DeadEndError, ShapeError, TokenError
+from constrain.errors import BeamSearchError, DeadEndError, ShapeError, TokenError
 
 __all__ = ["BeamHypothesis", "BeamSearchError", "beam_search", "model_next_logits"]
-
-
-class BeamSearchError(ConstrainError, ValueError):
-    """A beam-search argument is out of range. ``parameter`` names it."""
-
-    def __init__(self, parameter: str, value: Any, requirement: str):
-        self.parameter = parameter
-        self.value = value
-        super().__init__(f"invalid beam search argument {parameter}={value!r}: {requirement}")
 
 
 @dataclass(frozen=True)

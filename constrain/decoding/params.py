@@ -10,25 +10,12 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from constrain.errors import ConstrainError, ShapeError
+from constrain.errors import SamplingParamsError, ShapeError
 
 # Relative slack when deciding whether a cumulative mass "reaches" top_p.
 TOP_P_RTOL = 1e-6
 # Relative slack on p_i >= min_p * max p (applied in log space: log p_i - log max p >= log min_p - MIN_P_RTOL).
 MIN_P_RTOL = 1e-5
-
-
-class SamplingParamsError(ConstrainError, ValueError):
-    """A sampling parameter is out of range. ``parameter`` names it, ``value`` holds what was given."""
-
-    def __init__(self, parameter: str, value: Any, requirement: str):
-        self.parameter = parameter
-        self.value = value
-        super().__init__(f"invalid sampling parameter {parameter}={value!r}: {requirement}")
-
-
-class LogitsError(ConstrainError, ValueError):
-    """The logits cannot be sampled from (NaN entries, wrong dtype)."""
 
 
 # ----------------------------------------------------------------------------------------------------------------

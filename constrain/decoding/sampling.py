@@ -47,7 +47,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from constrain.decoding.params import LogitsError, SamplingParams, _Rows
+from constrain.decoding.params import SamplingParams, _Rows
 from constrain.decoding.transforms import (
     _apply_bias_inplace,
     _apply_mask_inplace,
@@ -58,7 +58,7 @@ from constrain.decoding.transforms import (
     _work_copy,
 )
 from constrain.decoding.truncation import _SPARSE_MIN_V, _probs_numpy, _probs_torch
-from constrain.errors import DeadEndError, ShapeError
+from constrain.errors import DeadEndError, LogitsError, ShapeError
 
 
 def _use_torch_ops(logits: Any, backend: str) -> bool:

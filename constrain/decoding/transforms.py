@@ -11,8 +11,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from constrain.decoding.params import LogitsError, SamplingParams, _is_int, _Rows
-from constrain.errors import ShapeError, TokenError
+from constrain.decoding.params import SamplingParams, _is_int, _Rows
+from constrain.errors import LogitsError, ShapeError, TokenError
 
 # ----------------------------------------------------------------------------------------------------------------
 # arrays: backend detection and shape handling

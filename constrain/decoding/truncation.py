@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from constrain.decoding.params import MIN_P_RTOL, TOP_P_RTOL, LogitsError, _Rows
+from constrain.decoding.params import MIN_P_RTOL, TOP_P_RTOL, _Rows
 from constrain.decoding.transforms import _torch
-from constrain.errors import DeadEndError
+from constrain.errors import DeadEndError, LogitsError
 
 # ----------------------------------------------------------------------------------------------------------------
 # the distribution: temperature, top-k, top-p, min-p, renormalise

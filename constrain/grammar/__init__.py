@@ -1,18 +1,7 @@
 """The grammar IR and its compilation to rule DFAs: the layer every structure compiler lowers to."""
 
-from constrain.grammar.ir import (
-    Alt,
-    Automaton,
-    Expr,
-    Grammar,
-    GrammarError,
-    Literal,
-    Ref,
-    Regex,
-    Repeat,
-    Seq,
-    shared,
-)
+from constrain.errors import GrammarError
+from constrain.grammar.ir import Alt, Automaton, Expr, Grammar, Literal, Ref, Regex, Repeat, Seq, shared
 from constrain.grammar.rules import Pushdown, build_pushdown
 
 __all__ = [

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from constrain.automata.dfa import ByteDFA
-from constrain.grammar.ir import GrammarError, Pushdown
+from constrain.errors import GrammarError
+from constrain.grammar.ir import Pushdown
 
 
 def _completing_rules(rules: tuple[ByteDFA, ...], byte_edges: bool) -> np.ndarray:

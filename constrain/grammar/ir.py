@@ -11,11 +11,7 @@ from dataclasses import dataclass
 from typing import Union
 
 from constrain.automata.dfa import ByteDFA
-from constrain.errors import StructureError
-
-
-class GrammarError(StructureError):
-    """A grammar is malformed (an undefined rule, left recursion, a rule that can never complete)."""
+from constrain.errors import GrammarError
 
 
 @dataclass(frozen=True)

@@ -15,18 +15,17 @@ from contextlib import nullcontext
 from functools import lru_cache
 
 from constrain.automata.dfa import ByteDFA
-from constrain.automata.limits import CompileTimeout
 from constrain.automata.limits import deadline as deadline_of
 from constrain.automata.nfa import ByteNFA
 from constrain.automata.regex import add_regex
 from constrain.cache import BoundedCache
+from constrain.errors import CompileTimeout, GrammarError
 from constrain.grammar.checks import _check_left_recursion, _check_productive
 from constrain.grammar.ir import (
     Alt,
     Automaton,
     Expr,
     Grammar,
-    GrammarError,
     Literal,
     Pushdown,
     Ref,

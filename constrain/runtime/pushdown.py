@@ -22,7 +22,7 @@ import numpy as np
 from numba import njit
 
 from constrain.cache import BoundedCache
-from constrain.errors import StructureError
+from constrain.errors import AmbiguityError, DepthError
 from constrain.grammar.ir import Grammar, Pushdown
 from constrain.grammar.rules import build_pushdown
 from constrain.runtime.lexical import (
@@ -44,15 +44,6 @@ Configs = tuple[Stack, ...]
 MAX_CONFIGS = 256
 #: Deepest stack a configuration that reads a byte may have (bounds nesting such as ``[[[[...]]]]``).
 MAX_STACK_DEPTH = 256
-
-
-class AmbiguityError(StructureError):
-    """The grammar allows too many parses of the text so far to follow them all."""
-
-
-class DepthError(StructureError):
-    """The text nests deeper than :data:`MAX_STACK_DEPTH` rule calls: following it further is refused rather than
-    followed inexactly."""
 
 
 @dataclass(frozen=True, eq=False)
