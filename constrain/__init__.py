@@ -3,7 +3,7 @@
 Compile a structure once for a vocabulary, make a cheap matcher per sequence, and mask the logits::
 
     vocab = constrain.Vocabulary.from_tokenizer(tokenizer)
-    structure = constrain.compile_regex(r"\\d{4}-\\d{2}-\\d{2}", vocab)
+    structure = constrain.compile(r"\\d{4}-\\d{2}-\\d{2}", vocab)   # or a JSON Schema, a Pydantic type, ...
     matcher = structure.matcher()
     bitmask = constrain.allocate_token_bitmask(1, logits.shape[-1])
     matcher.fill_bitmask(bitmask, 0)
@@ -20,25 +20,26 @@ from typing import TYPE_CHECKING
 __version__ = "0.1.0"
 
 _EXPORTS = {
+    "compile": "constrain.compilers.api",
+    "clear_compile_cache": "constrain.compilers.api",
     "Vocabulary": "constrain.vocab",
+    "CompiledStructure": "constrain.runtime",
+    "Matcher": "constrain.runtime",
     "compile_regex": "constrain.compilers.regex",
-    "CompiledStructure": "constrain.runtime.matcher",
-    "Matcher": "constrain.runtime.matcher",
-    "allocate_token_bitmask": "constrain.kernels.bitmask",
-    "apply_token_bitmask": "constrain.kernels.bitmask",
-    "bitmask_to_bool": "constrain.kernels.bitmask",
-    "bool_to_bitmask": "constrain.kernels.bitmask",
-    "generate": "constrain.integrations.transformers",
-    "compile_grammar": "constrain.runtime.pushdown",
+    "compile_choices": "constrain.compilers.choices",
     "compile_json_schema": "constrain.compilers.json_schema",
-    "JsonSchemaError": "constrain.compilers.json_schema",
+    "compile_pydantic": "constrain.compilers.pydantic",
     "compile_lark": "constrain.compilers.lark",
     "compile_gbnf": "constrain.compilers.gbnf",
-    "GrammarSyntaxError": "constrain.compilers.gbnf",
-    "compile_pydantic": "constrain.compilers.pydantic",
-    "SamplingParams": "constrain.decoding.sampling",
-    "Sampler": "constrain.decoding.sampling",
-    "beam_search": "constrain.decoding.beam",
+    "compile_grammar": "constrain.runtime",
+    "allocate_token_bitmask": "constrain.kernels",
+    "apply_token_bitmask": "constrain.kernels",
+    "bitmask_to_bool": "constrain.kernels",
+    "bool_to_bitmask": "constrain.kernels",
+    "SamplingParams": "constrain.decoding",
+    "Sampler": "constrain.decoding",
+    "beam_search": "constrain.decoding",
+    "generate": "constrain.integrations.transformers",
     "ConstrainError": "constrain.errors",
     "StructureError": "constrain.errors",
     "RegexError": "constrain.errors",
@@ -46,25 +47,53 @@ _EXPORTS = {
     "TokenError": "constrain.errors",
     "ShapeError": "constrain.errors",
     "DeadEndError": "constrain.errors",
+    "AutomatonTooLarge": "constrain.errors",
+    "CompileTimeout": "constrain.errors",
+    "GrammarError": "constrain.errors",
+    "GrammarSyntaxError": "constrain.errors",
+    "DepthError": "constrain.errors",
+    "AmbiguityError": "constrain.errors",
+    "PydanticSchemaError": "constrain.errors",
+    "LogitsError": "constrain.errors",
+    "SamplingParamsError": "constrain.errors",
+    "BeamSearchError": "constrain.errors",
+    "JsonSchemaError": "constrain.compilers.json_schema",
 }
 
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
-    from constrain.decoding.beam import beam_search
-    from constrain.compilers.gbnf import GrammarSyntaxError, compile_gbnf
+    from constrain.compilers.api import clear_compile_cache, compile
+    from constrain.compilers.choices import compile_choices
+    from constrain.compilers.gbnf import compile_gbnf
     from constrain.compilers.json_schema import JsonSchemaError, compile_json_schema
     from constrain.compilers.lark import compile_lark
     from constrain.compilers.pydantic import compile_pydantic
-    from constrain.integrations.transformers import generate
-    from constrain.runtime.pushdown import compile_grammar
     from constrain.compilers.regex import compile_regex
-    from constrain.errors import ConstrainError, DeadEndError, RegexError, ShapeError, StructureError, TokenError, VocabularyError
-    from constrain.kernels.bitmask import allocate_token_bitmask, apply_token_bitmask, bitmask_to_bool, bool_to_bitmask
-    from constrain.runtime.matcher import CompiledStructure, Matcher
-    from constrain.decoding.sampling import Sampler
-    from constrain.decoding.params import SamplingParams
-    from constrain.vocab.vocabulary import Vocabulary
+    from constrain.decoding import Sampler, SamplingParams, beam_search
+    from constrain.errors import (
+        AmbiguityError,
+        AutomatonTooLarge,
+        BeamSearchError,
+        CompileTimeout,
+        ConstrainError,
+        DeadEndError,
+        DepthError,
+        GrammarError,
+        GrammarSyntaxError,
+        LogitsError,
+        PydanticSchemaError,
+        RegexError,
+        SamplingParamsError,
+        ShapeError,
+        StructureError,
+        TokenError,
+        VocabularyError,
+    )
+    from constrain.integrations.transformers import generate
+    from constrain.kernels import allocate_token_bitmask, apply_token_bitmask, bitmask_to_bool, bool_to_bitmask
+    from constrain.runtime import CompiledStructure, Matcher, compile_grammar
+    from constrain.vocab import Vocabulary
 
 
 def __getattr__(name: str):

@@ -52,5 +52,10 @@ class BoundedCache:
                 _, (_, freed) = self._entries.popitem(last=False)
                 self._bytes -= freed
 
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+
     def __len__(self) -> int:
         return len(self._entries)

@@ -15,7 +15,6 @@ import json
 import logging
 import pickle
 import re
-import sys
 import tomllib
 import types
 from concurrent.futures import ThreadPoolExecutor
@@ -146,56 +145,32 @@ def test_bad_choices(backend, spec):
         backend.compile_grammar("choice", spec)
 
 
-@pytest.fixture
-def without_compilers(monkeypatch):
-    """As if the JSON Schema, Lark and GBNF compilers were not there (they are being written)."""
-    for module_name, _ in cv.COMPILERS.values():
-        monkeypatch.setitem(sys.modules, module_name, None)
+def test_requests_compile_through_constrain_compile(backend, vocab, monkeypatch):
+    """Each request type reaches constrain.compile with the kind its spec needs (and so shares its cache)."""
+    from constrain.compilers import api
 
-
-@pytest.mark.parametrize(
-    "request_type, spec, names",
-    [
-        ("json", '{"type": "integer"}', ["JSON", "json_schema.compile_json_schema"]),
-        ("json_object", "", ["JSON_OBJECT", "json_schema"]),
-        ("grammar", 'start: "a"+', ["GRAMMAR", "lark.compile_lark"]),
-        ("grammar", 'root ::= "a"+', ["GRAMMAR", "gbnf.compile_gbnf"]),
-    ],
-)
-def test_missing_compilers_raise_a_structure_error_naming_the_request(
-    backend, without_compilers, request_type, spec, names
-):
-    with pytest.raises(StructureError) as info:
-        backend.compile_grammar(request_type, spec)
-    for name in names:
-        assert name in str(info.value)
-
-
-def test_compilers_are_looked_up_at_call_time(backend, vocab, monkeypatch):
     calls = []
+    real = api.compile
 
-    def fake_module(module_name, function_name):
-        module = types.ModuleType(module_name)
+    def recording(spec, v, **options):
+        calls.append((options["kind"], spec))
+        assert v is vocab
+        return real(spec, v, **options)
 
-        def compile_fn(spec, v):
-            calls.append((function_name, spec))
-            assert v is vocab
-            return compile_regex("ok", v)
-
-        setattr(module, function_name, compile_fn)
-        monkeypatch.setitem(sys.modules, module_name, module)
-
-    for module_name, function_name in cv.COMPILERS.values():
-        fake_module(module_name, function_name)
+    monkeypatch.setattr(api, "compile", recording)
     backend.compile_grammar(RequestType.JSON, '{"type": "integer"}')
     backend.compile_grammar(RequestType.JSON_OBJECT, "")
     backend.compile_grammar(RequestType.GRAMMAR, 'start: "ok"')
     backend.compile_grammar(RequestType.GRAMMAR, 'root ::= "ok"')
+    backend.compile_grammar(RequestType.CHOICE, '["a", "b"]')
+    backend.compile_grammar(RequestType.REGEX, "q{2}z+")
     assert calls == [
-        ("compile_json_schema", {"type": "integer"}),
-        ("compile_json_schema", {"type": "object"}),
-        ("compile_lark", 'start: "ok"'),
-        ("compile_gbnf", 'root ::= "ok"'),
+        ("json_schema", {"type": "integer"}),
+        ("json_schema", {"type": "object"}),
+        ("lark", 'start: "ok"'),
+        ("gbnf", 'root ::= "ok"'),
+        ("choices", ["a", "b"]),
+        ("regex", "q{2}z+"),
     ]
     with pytest.raises(StructureError, match="not valid JSON"):
         backend.compile_grammar("json", "{nope")
@@ -619,13 +594,16 @@ def test_structure_request_from_extra_args():
             structure_request(bad)
 
 
-def test_validate_params_rejects_bad_requests_early(without_compilers):
+def test_validate_params_rejects_bad_requests_early():
     validate = vllm_plugin._StructureLogitsProcessorImpl.validate_params
     validate(params())
     validate(params({"constrain_regex": r"\d+"}))
     validate(params({"constrain_choice": ["a", "b"]}))
-    for bad in [{"constrain_regex": "a(b"}, {"constrain_regex": r"(?=a)"}, {"constrain_json": "{}"},
-                {"constrain_json_object": True}, {"constrain_grammar": 'root ::= "a"'}]:
+    validate(params({"constrain_json": "{}"}))
+    validate(params({"constrain_json_object": True}))
+    validate(params({"constrain_grammar": 'root ::= "a"'}))
+    for bad in [{"constrain_regex": "a(b"}, {"constrain_regex": r"(?=a)"}, {"constrain_choice": []},
+                {"constrain_json": '{"type": "strin"}'}, {"constrain_json": '{"type": "integer", "minimum": 3, "maximum": 1}'}]:
         with pytest.raises(ValueError):  # vLLM turns a ValueError into an HTTP 400
             validate(params(bad))
 
@@ -772,9 +750,13 @@ def test_plugin_v2_reads_a_rewritten_history_again(plugin_vocab):
 
 
 def test_plugin_v2_a_broken_structure_ends_the_request(plugin_vocab, caplog, monkeypatch):
+    from constrain.compilers import api
+
+    def broken(spec, vocab, **options):
+        raise StructureError("this structure cannot be compiled")
+
     runner = Runner(Plugin)
-    for module_name, _ in cv.COMPILERS.values():
-        monkeypatch.setitem(sys.modules, module_name, None)
+    monkeypatch.setattr(api, "compile", broken)
     with caplog.at_level(logging.ERROR, logger="constrain.integrations.vllm"):
         assert runner.add(0, [1], params({"constrain_json_object": True}, stops=(EOS, 300)))
     assert "cannot compile" in caplog.text

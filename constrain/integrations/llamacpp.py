@@ -74,6 +74,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from constrain.cache import cache_dir
+from constrain.compilers import api
 from constrain.errors import ConstrainError, DeadEndError, ShapeError, TokenError, VocabularyError
 from constrain.kernels.bitmask import apply_token_bitmask
 from constrain.runtime.matcher import CompiledStructure, Matcher
@@ -375,7 +376,6 @@ class _LlamaTokens:
 # Per model: the vocabulary read from llama.cpp and the regexes compiled for it (bounded).
 _memo: "weakref.WeakKeyDictionary[Any, dict[str, Any]]" = weakref.WeakKeyDictionary()
 _memo_lock = threading.Lock()
-_MAX_MEMO_STRUCTURES = 64
 
 
 def _model_memo(llm: Any) -> dict[str, Any]:
@@ -383,9 +383,9 @@ def _model_memo(llm: Any) -> dict[str, Any]:
         try:
             memo = _memo.get(llm)
             if memo is None:
-                memo = _memo[llm] = {"vocab": None, "structures": {}}
+                memo = _memo[llm] = {"vocab": None}
         except TypeError:  # not weak-referenceable: no memo
-            memo = {"vocab": None, "structures": {}}
+            memo = {"vocab": None}
         return memo
 
 
@@ -524,25 +524,24 @@ def check_vocabulary(llm: Llama, vocab: Vocabulary, *, sample: int = 4096, ids: 
 
 def processor_for_llama(
     llm: Llama,
-    structure: CompiledStructure | str,
+    structure: Any,
     *,
     tokenizer: Any = None,
     on_dead_end: Literal["raise", "stop"] = "raise",
 ) -> LlamaCppLogitsProcessor:
     """A processor for ``llm``: ``structure`` is a CompiledStructure (compiled for a vocabulary with this model's
-    ids, e.g. :func:`vocabulary_from_llama`) or a regex, compiled here for :func:`vocabulary_from_llama(llm,
-    tokenizer) <vocabulary_from_llama>` (regexes compiled for the vocabulary read from llama.cpp are kept per
-    model, so building a processor per call is cheap)."""
+    ids, e.g. :func:`vocabulary_from_llama`) or any spec :func:`constrain.compile` takes (a regex, a JSON Schema, a
+    Pydantic type, choices...), compiled here for :func:`vocabulary_from_llama(llm, tokenizer)
+    <vocabulary_from_llama>`. The vocabulary is kept per model and compiled structures are cached, so building a
+    processor per call is cheap."""
     if getattr(llm, "draft_model", None) is not None:
         raise ConstrainError(
             "a Llama with a draft_model (speculative decoding) passes logits processors the draft tokens after the "
             "position it samples; constrain's processor cannot follow it: load the model without draft_model"
         )
     n_vocab = int(llm.n_vocab())
-    if isinstance(structure, str):
-        structure = _compile_for(llm, structure, tokenizer)
-    elif not isinstance(structure, CompiledStructure):
-        raise TypeError(f"structure must be a CompiledStructure or a regex string, got {type(structure).__name__}")
+    if not isinstance(structure, CompiledStructure):
+        structure = api.compile(structure, vocabulary_from_llama(llm, tokenizer))
     if structure.vocab.size > n_vocab:
         raise VocabularyError(
             f"the structure was compiled for a vocabulary of {structure.vocab.size:,} ids, the model has "
@@ -551,27 +550,9 @@ def processor_for_llama(
     return LlamaCppLogitsProcessor(structure, on_dead_end=on_dead_end)
 
 
-def _compile_for(llm: Any, pattern: str, tokenizer: Any) -> CompiledStructure:
-    from constrain.compilers.regex import compile_regex
-
-    if tokenizer is not None:
-        return compile_regex(pattern, vocabulary_from_llama(llm, tokenizer))
-    vocab = vocabulary_from_llama(llm)
-    memo = _model_memo(llm)
-    structures = memo["structures"]
-    hit = structures.get(pattern)
-    if hit is not None and hit.vocab is vocab:
-        return hit
-    compiled = compile_regex(pattern, vocab)
-    if len(structures) >= _MAX_MEMO_STRUCTURES:
-        structures.pop(next(iter(structures)))
-    structures[pattern] = compiled
-    return compiled
-
-
 def logits_processor_list(
     llm: Llama,
-    structure: CompiledStructure | str,
+    structure: Any,
     *,
     tokenizer: Any = None,
     on_dead_end: Literal["raise", "stop"] = "raise",
@@ -589,13 +570,13 @@ def logits_processor_list(
 def create_completion(
     llm: Llama,
     prompt: str | list[int],
-    structure: CompiledStructure | str,
+    structure: Any,
     *,
     tokenizer: Any = None,
     on_dead_end: Literal["raise", "stop"] = "raise",
     **kwargs: Any,
 ) -> Any:
-    """``llm.create_completion(prompt, **kwargs)`` inside ``structure`` (a CompiledStructure or a regex), with the
+    """``llm.create_completion(prompt, **kwargs)`` inside ``structure`` (a CompiledStructure or a spec), with the
     processor's errors raised here: :class:`DeadEndError` (unless ``on_dead_end="stop"``), :class:`TokenError`,
     :class:`ShapeError`. ``logits_processor`` / ``stopping_criteria`` given in ``kwargs`` run after constrain's.
     With ``stream=True`` the chunks are yielded and an error is raised while iterating."""

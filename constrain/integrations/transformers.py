@@ -15,10 +15,12 @@ processor can serve several ``generate()`` calls.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
+from constrain.compilers import api
 from constrain.errors import DeadEndError, ShapeError, VocabularyError
 from constrain.kernels.bitmask import allocate_token_bitmask, apply_token_bitmask
 from constrain.runtime.matcher import CompiledStructure, Matcher
@@ -147,14 +149,16 @@ def generate(
     model,
     tokenizer,
     prompt: str | Sequence[str],
-    structure: CompiledStructure | Sequence[CompiledStructure],
+    structure: Any,
     *,
     max_new_tokens: int = 256,
     eos_token_id: int | Sequence[int] | None = None,
     on_dead_end: str = "raise",
     **generate_kwargs,
 ) -> str | list[str]:
-    """Generate text that follows ``structure`` (one for all prompts, or one per prompt) with ``model.generate``.
+    """Generate text that follows ``structure`` with ``model.generate``: a CompiledStructure, a list of them (one per
+    prompt), or any spec :func:`constrain.compile` takes (a regex, a JSON Schema, a Pydantic type, choices...),
+    compiled here for the tokenizer's vocabulary.
 
     ``generate_kwargs`` go to ``model.generate`` (``do_sample``, ``temperature``, ``top_p``, ``num_beams``...);
     the default is greedy. Returns the generated text (a list for a list of prompts), end tokens left out.
@@ -162,8 +166,8 @@ def generate(
     from transformers import LogitsProcessorList
 
     prompts = [prompt] if isinstance(prompt, str) else list(prompt)
-    structures = [structure] if isinstance(structure, CompiledStructure) else list(structure)
     vocab = Vocabulary.from_tokenizer(tokenizer)
+    structures = _structures(structure, vocab)
     if any(s.vocab.fingerprint != vocab.fingerprint for s in structures):
         raise VocabularyError("the structure was compiled for another vocabulary than this tokenizer's")
     if eos_token_id is None:
@@ -189,3 +193,12 @@ def generate(
         for row in output[:, inputs["input_ids"].shape[1] :].tolist()
     ]
     return texts[0] if isinstance(prompt, str) else texts
+
+
+def _structures(structure: Any, vocab: Vocabulary) -> list[CompiledStructure]:
+    """The compiled structures of ``generate``'s ``structure`` argument."""
+    if isinstance(structure, CompiledStructure):
+        return [structure]
+    if isinstance(structure, Sequence) and structure and all(isinstance(s, CompiledStructure) for s in structure):
+        return list(structure)
+    return [api.compile(structure, vocab)]

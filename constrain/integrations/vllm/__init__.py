@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from constrain.compilers.choices import choice_regex
 from constrain.integrations.vllm.backend import (
     ConstrainBackend,
     ConstrainGrammar,
@@ -33,25 +34,20 @@ from constrain.integrations.vllm.backend import (
 )
 from constrain.integrations.vllm.plugin import _plugin_class
 from constrain.integrations.vllm.requests import (
-    COMPILERS,
     RequestType,
-    choice_regex,
     compile_structure,
-    find_compiler,
     structure_request,
 )
 
 # StructureLogitsProcessor is left out of __all__: it is built from vLLM's classes on first access, and a star
 # import must work without vLLM.
 __all__ = [
-    "COMPILERS",
     "ConstrainBackend",
     "ConstrainGrammar",
     "RequestType",
     "choice_regex",
     "compile_structure",
     "fill_draft_bitmasks",
-    "find_compiler",
     "structure_request",
     "vllm_structured_output_classes",
 ]

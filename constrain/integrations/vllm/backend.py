@@ -300,7 +300,7 @@ class ConstrainBackend:
             if structure is not None:
                 self._structures.move_to_end(key)
                 return structure
-        structure = compile_structure(kind, grammar_spec, self.vocab)  # outside the lock: compiles run in parallel
+        structure = compile_structure(kind, grammar_spec, self.vocab, cache=False)  # outside the lock: in parallel
         with self._lock:
             structure = self._structures.setdefault(key, structure)
             self._structures.move_to_end(key)

@@ -6,17 +6,18 @@ the legacy V1 runner's, and is built on first access as a subclass of vLLM's abs
 
 from __future__ import annotations
 
-import logging
-
 import functools
 import importlib
 import json
+import logging
 import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
+from constrain.automata.regex import regex_to_dfa
+from constrain.compilers.choices import choice_regex
 from constrain.errors import StructureError, VocabularyError
 from constrain.integrations.vllm.backend import (
     ConstrainBackend,
@@ -27,9 +28,6 @@ from constrain.integrations.vllm.backend import (
 from constrain.integrations.vllm.requests import (
     RequestType,
     _check_json_schema,
-    _is_gbnf,
-    choice_regex,
-    find_compiler,
     structure_request,
 )
 from constrain.kernels.bitmask import apply_token_bitmask
@@ -117,24 +115,18 @@ class _StructureLogitsProcessorImpl:
     @classmethod
     def validate_params(cls, sampling_params: Any) -> None:
         """Reject a malformed structure request at admission (StructureError is a ValueError): the keys, the
-        value types, and, since they need no vocabulary, the regex / choice syntax, the JSON Schema (lowered to a
-        grammar, as the compile will) and which compilers exist."""
+        value types, and, since they need no vocabulary, the regex / choice syntax and the JSON Schema (lowered to
+        a grammar, as the compile will)."""
         request = structure_request(getattr(sampling_params, "extra_args", None))
         if request is None:
             return
         kind, spec = request
-        from constrain.automata.regex import regex_to_dfa
-
         if kind is RequestType.REGEX:
             regex_to_dfa(spec)
         elif kind is RequestType.CHOICE:
             regex_to_dfa(choice_regex(json.loads(spec)))
-        elif kind in (RequestType.JSON, RequestType.JSON_OBJECT):
-            find_compiler("json", kind.name)
-            if kind is RequestType.JSON:
-                _check_json_schema(spec)
-        else:
-            find_compiler("gbnf" if _is_gbnf(spec) else "lark", kind.name)
+        elif kind is RequestType.JSON:
+            _check_json_schema(spec)
 
     def make_backend(self) -> ConstrainBackend:
         """The backend that compiles this engine's requests: vLLM's tokenizer for the model. Override to supply

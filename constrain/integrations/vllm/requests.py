@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import enum
 import functools
-import importlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
+from constrain.compilers import api
+from constrain.compilers.choices import choice_regex
+from constrain.compilers.json_schema import schema_to_grammar
 from constrain.errors import StructureError
 from constrain.runtime.matcher import CompiledStructure
 from constrain.vocab.vocabulary import Vocabulary
@@ -47,61 +49,6 @@ def _request_type(request_type: Any) -> RequestType:
 # structures from requests
 # ----------------------------------------------------------------------------------------------------------------
 
-#: The compilers of the structures that are not regexes, each called as ``function(spec, vocab)``:
-#: ``(module, function)`` per kind. They are looked up at call time by :func:`find_compiler`.
-COMPILERS: dict[str, tuple[str, str]] = {
-    "json": ("constrain.compilers.json_schema", "compile_json_schema"),
-    "lark": ("constrain.compilers.lark", "compile_lark"),
-    "gbnf": ("constrain.compilers.gbnf", "compile_gbnf"),
-}
-
-
-def find_compiler(kind: str, request_type: str) -> Callable[..., CompiledStructure]:
-    """The compiler function for ``kind`` (a key of :data:`COMPILERS`), or StructureError naming the request type
-    when this installation of constrain does not have it yet."""
-    module_name, function_name = COMPILERS[kind]
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name != module_name:
-            raise  # the compiler exists but something it imports is missing: not ours to hide
-        module = None
-    function = getattr(module, function_name, None)
-    if function is None:
-        raise StructureError(
-            f"{request_type} requests need {module_name}.{function_name}, which this version of constrain "
-            f"does not have yet"
-        )
-    return function
-
-
-_PLAIN = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
-
-
-def choice_regex(choices: Sequence[str]) -> str:
-    """A regex matching exactly one of ``choices``: the alternation of the literals, every character that is not
-    an ASCII letter, digit or ``_`` escaped as ``\\xNN``, ``\\uNNNN`` or ``\\UNNNNNNNN``."""
-    if isinstance(choices, str) or not isinstance(choices, Sequence) or not choices:
-        raise StructureError(f"a choice request needs a non-empty list of strings, got {choices!r}")
-    parts = []
-    for choice in choices:
-        if not isinstance(choice, str):
-            raise StructureError(f"every choice must be a string, got {type(choice).__name__} {choice!r}")
-        escaped = []
-        for ch in choice:
-            cp = ord(ch)
-            if cp < 128 and cp in _PLAIN:
-                escaped.append(ch)
-            elif cp < 0x100:
-                escaped.append(f"\\x{cp:02x}")
-            elif cp < 0x10000:
-                escaped.append(f"\\u{cp:04x}")
-            else:
-                escaped.append(f"\\U{cp:08x}")
-        parts.append("".join(escaped))
-    return "(?:" + "|".join(parts) + ")"
-
-
 def _load_json(spec: Any, request_type: str) -> Any:
     if not isinstance(spec, (str, bytes, bytearray)):
         return spec  # already parsed
@@ -116,8 +63,9 @@ def _is_gbnf(grammar: str) -> bool:
     return "::=" in grammar
 
 
-def compile_structure(request_type: Any, grammar_spec: Any, vocab: Vocabulary) -> CompiledStructure:
-    """Compile one structured-output request for ``vocab``.
+def compile_structure(request_type: Any, grammar_spec: Any, vocab: Vocabulary, *, cache: bool = True) -> CompiledStructure:
+    """Compile one structured-output request for ``vocab`` through :func:`constrain.compile` (with its cache unless
+    ``cache=False``: :class:`~constrain.integrations.vllm.backend.ConstrainBackend` keeps its own, per engine).
 
     ``grammar_spec`` is what vLLM's ``StructuredOutputKey`` carries: a JSON Schema as JSON text (or already
     parsed), ``""`` for a JSON object, a regex, a grammar in Lark or GBNF syntax, or the choices as a JSON list.
@@ -125,25 +73,25 @@ def compile_structure(request_type: Any, grammar_spec: Any, vocab: Vocabulary) -
     """
     kind = _request_type(request_type)
     name = kind.name
+    if kind in (RequestType.REGEX, RequestType.GRAMMAR) and not isinstance(grammar_spec, str):
+        raise StructureError(f"a {name} request needs the spec as a string, got {type(grammar_spec).__name__}")
     if kind is RequestType.REGEX:
-        from constrain.compilers.regex import compile_regex
-
-        if not isinstance(grammar_spec, str):
-            raise StructureError(f"a REGEX request needs the pattern as a string, got {type(grammar_spec).__name__}")
-        return compile_regex(grammar_spec, vocab)
+        return api.compile(grammar_spec, vocab, kind="regex", cache=cache)
     if kind is RequestType.CHOICE:
-        from constrain.compilers.regex import compile_regex
-
-        return compile_regex(choice_regex(_load_json(grammar_spec, name)), vocab)
+        return api.compile(_choices(_load_json(grammar_spec, name)), vocab, kind="choices", cache=cache)
     if kind is RequestType.JSON:
-        return find_compiler("json", name)(_load_json(grammar_spec, name), vocab)
+        return api.compile(_load_json(grammar_spec, name), vocab, kind="json_schema", cache=cache)
     if kind is RequestType.JSON_OBJECT:
-        return find_compiler("json", name)({"type": "object"}, vocab)
+        return api.compile({"type": "object"}, vocab, kind="json_schema", cache=cache)
     if kind is RequestType.GRAMMAR:
-        if not isinstance(grammar_spec, str):
-            raise StructureError(f"a GRAMMAR request needs the grammar as a string, got {type(grammar_spec).__name__}")
-        return find_compiler("gbnf" if _is_gbnf(grammar_spec) else "lark", name)(grammar_spec, vocab)
+        return api.compile(grammar_spec, vocab, kind="gbnf" if _is_gbnf(grammar_spec) else "lark", cache=cache)
     raise StructureError(f"{name} requests are not supported by constrain")
+
+
+def _choices(value: Any) -> list[str]:
+    """The list of choices, checked (StructureError for anything but a non-empty list of strings)."""
+    choice_regex(value)
+    return list(value)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -223,6 +171,4 @@ def structure_request(extra_args: Mapping[str, Any] | None) -> tuple[RequestType
 def _check_json_schema(spec: str) -> None:
     """Lower a JSON request's schema to a grammar (no vocabulary needed): JsonSchemaError, a StructureError, for a
     schema the compile would refuse. Cached per schema text: admission sees the same schemas again and again."""
-    from constrain.compilers.json_schema import schema_to_grammar
-
     schema_to_grammar(_load_json(spec, "JSON"))

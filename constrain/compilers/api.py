@@ -1,0 +1,188 @@
+"""One entry point from a spec to a compiled structure: :func:`compile`.
+
+A spec is a regex (``str``), a JSON Schema (``dict`` or ``bool``, or JSON text with ``kind="json_schema"``), a type
+pydantic can read (a ``BaseModel``, dataclass, ``TypedDict``, ``list[int]``...), a Lark or GBNF grammar (``str``
+with ``kind="lark"`` / ``kind="gbnf"``), a list of choices (``list[str]``), or a :class:`~constrain.grammar.ir.Grammar`.
+Compiled structures are kept in a bounded cache keyed by the spec, the options and the vocabulary's fingerprint, so
+a server that sees the same schema twice compiles it once; the structure is shared, matchers are per sequence.
+"""
+
+from __future__ import annotations
+
+import json
+import typing
+from collections.abc import Hashable
+from typing import Any, Literal
+
+from constrain.automata.limits import compile_clock, deadline
+from constrain.cache import BoundedCache
+from constrain.compilers.choices import compile_choices
+from constrain.compilers.gbnf import compile_gbnf
+from constrain.compilers.json_schema import DEFAULT_TIME_LIMIT, compile_json_schema
+from constrain.compilers.lark import compile_lark
+from constrain.compilers.pydantic import compile_pydantic
+from constrain.compilers.regex import compile_regex
+from constrain.errors import CompileTimeout, StructureError
+from constrain.grammar.ir import Grammar
+from constrain.runtime.masks import DEFAULT_CACHE_BYTES
+from constrain.runtime.matcher import CompiledStructure
+from constrain.runtime.pushdown import compile_grammar
+from constrain.vocab.vocabulary import Vocabulary
+
+Kind = Literal["auto", "regex", "json_schema", "pydantic", "lark", "gbnf", "choices", "grammar"]
+Whitespace = Literal["compact", "flexible", "indent"]
+
+#: How many compiled structures :func:`compile` keeps (least recently used first out). Each keeps its own mask
+#: cache, bounded by its ``cache_bytes``.
+COMPILE_CACHE_ENTRIES = 64
+
+_COMPILED = BoundedCache(COMPILE_CACHE_ENTRIES)  # each entry costs 1: bounded in entries
+_JSON_KINDS = ("json_schema", "pydantic")
+
+
+def compile(  # noqa: A001 - the package's entry point, read as constrain.compile
+    spec: Any,
+    vocab: Vocabulary,
+    *,
+    kind: Kind = "auto",
+    strict: bool = True,
+    whitespace: Whitespace | None = None,
+    max_whitespace: int | None = None,
+    additional_properties_default: bool | None = None,
+    start: str | None = None,
+    time_limit: float | None = DEFAULT_TIME_LIMIT,
+    cache_bytes: int = DEFAULT_CACHE_BYTES,
+    cache: bool = True,
+) -> CompiledStructure:
+    """Compile ``spec`` for ``vocab`` (see the module docstring for what a spec can be).
+
+    ``kind`` says how to read ``spec`` when its type does not (a ``str`` is a regex unless ``kind`` is ``"lark"``,
+    ``"gbnf"`` or ``"json_schema"``). ``strict`` (default): a JSON Schema or Pydantic keyword that cannot be honoured
+    exactly is refused with its JSON pointer; ``strict=False`` relaxes it and lists it in
+    ``structure.relaxations``. ``whitespace`` (``"compact"``, ``"flexible"``, ``"indent"``), ``max_whitespace`` and
+    ``additional_properties_default`` apply to JSON Schema and Pydantic; ``start`` names a grammar's start rule
+    (Lark: ``"start"``, GBNF: ``"root"``). ``time_limit`` bounds the compile in CPU seconds (None: no bound).
+    ``cache_bytes`` bounds the structure's mask cache. ``cache=False`` neither reads nor fills the compile cache.
+
+    Raises :class:`~constrain.errors.StructureError` (or a subclass naming the place: ``RegexError``,
+    ``JsonSchemaError``, ``GrammarSyntaxError``...) for a spec that is malformed, unsupported, or not compiled
+    within ``time_limit``.
+    """
+    if not isinstance(vocab, Vocabulary):
+        raise StructureError(f"vocab must be a constrain.Vocabulary, got {type(vocab).__name__}")
+    kind = _kind_of(spec, kind)
+    options = _options(
+        kind,
+        strict=strict,
+        whitespace=whitespace,
+        max_whitespace=max_whitespace,
+        additional_properties_default=additional_properties_default,
+        start=start,
+    )
+    key = _cache_key(spec, kind, options, time_limit, cache_bytes, vocab) if cache else None
+    if key is not None:
+        hit = _COMPILED.get(key)
+        if hit is not None:
+            return hit
+    structure = _compile(spec, vocab, kind, options, time_limit, cache_bytes)
+    if key is not None:
+        _COMPILED.put(key, structure, 1)
+    return structure
+
+
+def clear_compile_cache() -> None:
+    """Forget every structure :func:`compile` kept."""
+    _COMPILED.clear()
+
+
+def _kind_of(spec: Any, kind: str) -> str:
+    if kind not in typing.get_args(Kind):
+        raise StructureError(f"unknown kind {kind!r}; known: {', '.join(typing.get_args(Kind))}")
+    if kind != "auto":
+        return kind
+    if isinstance(spec, str):
+        return "regex"
+    if isinstance(spec, (dict, bool)):
+        return "json_schema"
+    if isinstance(spec, (list, tuple)):
+        return "choices"
+    if isinstance(spec, Grammar):
+        return "grammar"
+    if isinstance(spec, type) or typing.get_origin(spec) is not None:
+        return "pydantic"
+    raise StructureError(
+        f"cannot tell what structure a {type(spec).__name__} is: pass a regex (str), a JSON Schema (dict), a type, "
+        "a list of choices, a Grammar, or say kind="
+    )
+
+
+def _options(kind: str, **given: Any) -> dict[str, Any]:
+    """The options that apply to ``kind``; one given for another kind is refused rather than ignored."""
+    applies = {
+        "json_schema": ("strict", "whitespace", "max_whitespace", "additional_properties_default"),
+        "pydantic": ("strict", "whitespace", "max_whitespace", "additional_properties_default"),
+        "lark": ("start",),
+        "gbnf": ("start",),
+    }.get(kind, ())
+    options = {}
+    for name, value in given.items():
+        if name in applies:
+            if value is not None:
+                options[name] = value
+        elif name == "strict":
+            continue  # True is every other kind's only mode
+        elif value is not None:
+            raise StructureError(f"the option {name}= does not apply to a {kind} structure")
+    return options
+
+
+def _cache_key(
+    spec: Any, kind: str, options: dict[str, Any], time_limit: float | None, cache_bytes: int, vocab: Vocabulary
+) -> Hashable | None:
+    """A key that identifies the compiled structure, or None for a spec that has no stable key."""
+    try:
+        if kind == "json_schema" and not isinstance(spec, str):
+            spec_key: Hashable = json.dumps(spec)  # key order matters: properties come out in their order
+        elif kind == "choices":
+            spec_key = tuple(spec)
+        else:
+            hash(spec)
+            spec_key = spec
+    except (TypeError, ValueError):
+        return None
+    return (kind, spec_key, tuple(sorted(options.items())), time_limit, cache_bytes, vocab.fingerprint)
+
+
+def _compile(
+    spec: Any, vocab: Vocabulary, kind: str, options: dict[str, Any], time_limit: float | None, cache_bytes: int
+) -> CompiledStructure:
+    if kind in _JSON_KINDS:
+        if kind == "json_schema" and isinstance(spec, str):
+            spec = _json_text(spec)
+        compiler = compile_json_schema if kind == "json_schema" else compile_pydantic
+        return compiler(spec, vocab, time_limit=time_limit, cache_bytes=cache_bytes, **options)
+    if kind in ("regex", "lark", "gbnf") and not isinstance(spec, str):
+        raise StructureError(f"a {kind} spec must be a string, got {type(spec).__name__}")
+    at = None if time_limit is None else compile_clock() + time_limit
+    try:
+        with deadline(at):
+            if kind == "regex":
+                return compile_regex(spec, vocab, cache_bytes=cache_bytes)
+            if kind == "choices":
+                return compile_choices(spec, vocab, cache_bytes=cache_bytes)
+            if kind == "lark":
+                return compile_lark(spec, vocab, cache_bytes=cache_bytes, **options)
+            if kind == "gbnf":
+                return compile_gbnf(spec, vocab, cache_bytes=cache_bytes, **options)
+            if not isinstance(spec, Grammar):
+                raise StructureError(f"a grammar spec must be a constrain.grammar.Grammar, got {type(spec).__name__}")
+            return compile_grammar(spec, vocab, deadline=at, cache_bytes=cache_bytes)
+    except CompileTimeout as exc:
+        raise CompileTimeout(f"the {kind} structure did not compile within time_limit={time_limit} s") from exc
+
+
+def _json_text(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise StructureError(f"the JSON Schema text is not valid JSON: {exc}") from None
