@@ -26,6 +26,7 @@ from constrain.grammar.ir import Grammar, Literal, Ref, Seq
 from constrain.integrations.transformers import StructureLogitsProcessor
 from constrain.models.gemma import load_default_model
 from constrain.runtime.pushdown import compile_grammar
+from constrain.testing import tiny_vocabulary
 from constrain.vocab.vocabulary import Vocabulary
 
 pytestmark = pytest.mark.slow
@@ -397,7 +398,7 @@ TOY_EOS = len(TOY)
 
 @pytest.fixture(scope="module")
 def toy():
-    return Vocabulary.from_token_bytes(TOY, eos_ids=[TOY_EOS])
+    return tiny_vocabulary(TOY)
 
 
 def allowed(scores_row) -> set[int]:

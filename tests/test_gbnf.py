@@ -16,16 +16,9 @@ from constrain import grammars
 from constrain.compilers.gbnf import compile_gbnf, gbnf_to_grammar
 from constrain.errors import GrammarError, GrammarSyntaxError
 from constrain.integrations.vllm import RequestType, compile_structure
-from constrain.vocab.vocabulary import Vocabulary
+from constrain.testing import accepts_text, brute_force_mask, byte_vocabulary, token_length_weights
 
-EOS = 256
-BYTES = Vocabulary.from_token_bytes([bytes([b]) for b in range(256)], eos_ids=[EOS])
-
-
-def accepts(structure, text: str) -> bool:
-    """Whether the matcher reads the whole text, one byte token at a time, and may end there."""
-    data = list(text.encode())
-    return structure.matcher().count_accepted(data + [EOS]) == len(data) + 1
+BYTES = byte_vocabulary()
 
 
 def json_ok(text: str) -> bool:
@@ -56,7 +49,7 @@ def test_a_regular_grammar_equals_its_regex_on_every_short_string():
     for n in range(5):
         for chars in itertools.product("abA\u00e9 ,;(x1\n", repeat=n):
             s = "".join(chars)
-            assert accepts(structure, s) == bool(re.fullmatch(REGULAR_RE, s)), s
+            assert accepts_text(structure, s) == bool(re.fullmatch(REGULAR_RE, s)), s
 
 
 def test_escapes_in_strings_and_classes():
@@ -64,7 +57,7 @@ def test_escapes_in_strings_and_classes():
     head = "\n\t\r\\\"[]-A\u00e9\U0001F600"
     members = {chr(c) for c in range(0x20)} | set("]-abc\u00e9\u00ea")
     for code in list(range(0x300)) + [0x1F600, 0x10FFFF]:
-        assert accepts(structure, head + chr(code)) == (chr(code) in members), hex(code)
+        assert accepts_text(structure, head + chr(code)) == (chr(code) in members), hex(code)
 
 
 def test_classes_are_exact_over_unicode():
@@ -80,8 +73,8 @@ def test_classes_are_exact_over_unicode():
     for body, member in cases.items():
         structure = compile_gbnf(f"root ::= {body}", BYTES)
         for c in probes:
-            assert accepts(structure, c) == member(c), (body, hex(ord(c)))
-        assert not accepts(structure, "") and not accepts(structure, "aa")
+            assert accepts_text(structure, c) == member(c), (body, hex(ord(c)))
+        assert not accepts_text(structure, "") and not accepts_text(structure, "aa")
     # bytes that are not UTF-8 never pass, not even through "."
     matcher = compile_gbnf("root ::= .", BYTES).matcher()
     assert matcher.count_accepted([0xED, 0xA0, 0x80]) == 1 and matcher.count_accepted([0xFF]) == 0
@@ -112,7 +105,7 @@ def test_a_recursive_grammar_equals_lark_on_every_short_string():
                 expected = True
             except lark.exceptions.LarkError:
                 expected = False
-            assert accepts(structure, s) == expected, s
+            assert accepts_text(structure, s) == expected, s
 
 
 def test_quantifiers_counts_and_stacking():
@@ -121,8 +114,8 @@ def test_quantifiers_counts_and_stacking():
     for n in range(6):
         for chars in itertools.product("abcdef", repeat=n):
             s = "aa" + "".join(chars)
-            assert accepts(structure, s) == bool(re.fullmatch(pattern, s)), s
-    assert not accepts(structure, "abde")
+            assert accepts_text(structure, s) == bool(re.fullmatch(pattern, s)), s
+    assert not accepts_text(structure, "abde")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -166,11 +159,11 @@ def test_json_gbnf_accepts_exactly_what_json_loads_accepts():
     for n in range(4):
         for chars in itertools.product('{}[]",:1 -.e', repeat=n):
             s = "".join(chars)
-            assert accepts(structure, s) == json_ok(s), s
+            assert accepts_text(structure, s) == json_ok(s), s
     rng = random.Random(0)
     for _ in range(150):
         text = spaced(json.dumps(random_json(rng), ensure_ascii=rng.random() < 0.5), rng)
-        assert accepts(structure, text), text
+        assert accepts_text(structure, text), text
         for _ in range(4):
             chars = list(text)
             i = rng.randrange(len(chars) + 1)
@@ -180,13 +173,13 @@ def test_json_gbnf_accepts_exactly_what_json_loads_accepts():
             elif i < len(chars):
                 chars[i : i + 1] = [] if op == "d" else [rng.choice('{}[]",:1 -.e\\u0atr')]
             mutated = "".join(chars)
-            assert accepts(structure, mutated) == json_ok(mutated), mutated
+            assert accepts_text(structure, mutated) == json_ok(mutated), mutated
 
 
 def test_gemma_random_walks_under_the_mask_produce_json(gemma_vocab):
     structure = compile_gbnf(grammars.load("json.gbnf"), gemma_vocab)
     rng = np.random.default_rng(0)
-    lengths = np.diff(np.asarray(gemma_vocab.offsets)).astype(float)
+    short = token_length_weights(gemma_vocab)  # short tokens close strings and brackets sooner
     is_eos = np.zeros(gemma_vocab.size, dtype=bool)
     is_eos[list(gemma_vocab.eos_ids)] = True
     finished = 0
@@ -197,17 +190,17 @@ def test_gemma_random_walks_under_the_mask_produce_json(gemma_vocab):
             allowed = matcher.allowed_tokens()
             assert len(allowed), "dead end"
             # the mask agrees with reading each token, on a sample of allowed and other tokens
-            state = matcher._step.state
             sample = np.union1d(rng.choice(allowed, min(40, len(allowed)), replace=False),
                                 rng.choice(gemma_vocab.size, 40, replace=False))
             in_mask = np.isin(sample, allowed)
+            read = brute_force_mask(matcher, sample.tolist())
             for token, expected in zip(sample.tolist(), in_mask.tolist()):
                 if gemma_vocab.matchable[token]:
-                    assert (structure.read(state, token) is not None) == expected, token
+                    assert read[token] == expected, token
             if matcher.is_accepting() and rng.random() < 0.3:
                 break
             allowed = allowed[~is_eos[allowed]]
-            weights = 1.0 / (1.0 + lengths[allowed]) ** 2  # short tokens close strings and brackets sooner
+            weights = short[allowed]
             token = int(rng.choice(allowed, p=weights / weights.sum()))
             matcher.advance(token)
             tokens.append(token)
@@ -257,9 +250,9 @@ def test_syntax_errors_give_lines_and_columns(text, line, column, message):
 def test_multi_line_rules_and_comments():
     text = 'root ::= "a" |  # first\n  "b" (\n  "c"\n  | "d" ) # last\n\n# done\n'
     structure = compile_gbnf(text, BYTES)
-    assert [accepts(structure, s) for s in ["a", "bc", "bd", "b", "ab"]] == [True, True, True, False, False]
+    assert [accepts_text(structure, s) for s in ["a", "bc", "bd", "b", "ab"]] == [True, True, True, False, False]
     crlf = compile_gbnf('root ::= x\r\nx ::= "y"\r\n', BYTES)
-    assert accepts(crlf, "y")
+    assert accepts_text(crlf, "y")
 
 
 def test_rule_errors_name_the_rule():
@@ -269,11 +262,11 @@ def test_rule_errors_name_the_rule():
         compile_gbnf('root ::= root "a" | "b"', BYTES)
     with pytest.raises(GrammarError, match="start rule 'root'"):
         compile_gbnf('main ::= "a"', BYTES)
-    assert accepts(compile_gbnf('main ::= "a"', BYTES, start="main"), "a")
+    assert accepts_text(compile_gbnf('main ::= "a"', BYTES, start="main"), "a")
     with pytest.raises(TypeError):
         gbnf_to_grammar(b'root ::= "a"')
 
 
 def test_vllm_grammar_requests_in_gbnf_syntax_compile():
     structure = compile_structure(RequestType.GRAMMAR, 'root ::= "ok"+', BYTES)
-    assert accepts(structure, "okok") and not accepts(structure, "o")
+    assert accepts_text(structure, "okok") and not accepts_text(structure, "o")

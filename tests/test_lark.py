@@ -11,8 +11,6 @@ import itertools
 import json
 import random
 import re
-from collections.abc import Sequence
-
 import lark
 import pytest
 
@@ -20,10 +18,9 @@ from constrain import grammars
 from constrain.compilers.lark import _LEXER_LANGUAGE, compile_lark, lark_to_grammar
 from constrain.errors import GrammarError, GrammarSyntaxError
 from constrain.integrations.vllm import RequestType, compile_structure
-from constrain.vocab.vocabulary import Vocabulary
+from constrain.testing import accepts_text, byte_vocabulary, random_vocabulary, random_walk
 
-EOS = 256
-BYTES = Vocabulary.from_token_bytes([bytes([b]) for b in range(256)], eos_ids=[EOS])
+BYTES = byte_vocabulary()
 
 # Most of lark's grammar features in one grammar: ?rule, _rule, [], ?, *, +, ~ n, ~ n..m, "..."i, /.../i,
 # terminal references, a template, %import, two %ignore terminals, direct left recursion in a helper rule.
@@ -48,12 +45,6 @@ COMMENT: "#" /[^\n]/* "\n"
 """
 
 
-def accepts(structure, text: str) -> bool:
-    """Whether the matcher reads the whole text, one byte token at a time, and may end there."""
-    data = list(text.encode())
-    return structure.matcher().count_accepted(data + [EOS]) == len(data) + 1
-
-
 def lark_parser(text: str, lexer: str = "dynamic_complete") -> lark.Lark:
     return lark.Lark(text, parser="earley", lexer=lexer)
 
@@ -64,31 +55,6 @@ def lark_accepts(parser: lark.Lark, text: str) -> bool:
     except lark.exceptions.LarkError:
         return False
     return True
-
-
-def synthetic_vocab(units: Sequence[str], seed: int = 0) -> Vocabulary:
-    """Each unit, each character of the units (and a two-byte one), and a few thousand random runs of units, so
-    that tokens cross rule boundaries; no other bytes, so that a walk does not wander in comments and strings."""
-    rng = random.Random(seed)
-    runs = {"".join(rng.choice(units) for _ in range(rng.randint(2, 4))) for _ in range(3000)}
-    tokens = sorted({t.encode() for t in runs | set(units) | set("".join(units)) | {"é"}})
-    return Vocabulary.from_token_bytes(tokens, eos_ids=[len(tokens)])
-
-
-def random_walk(structure, rng: random.Random, max_tokens: int = 80) -> str | None:
-    """Tokens drawn from the mask until the structure may end (then stop with probability 1/2); None if the
-    walk is still open after ``max_tokens``."""
-    matcher = structure.matcher()
-    eos = set(structure.vocab.eos_ids)
-    tokens: list[int] = []
-    for _ in range(max_tokens):
-        allowed = [int(t) for t in matcher.allowed_tokens() if int(t) not in eos]
-        assert allowed or matcher.is_accepting(), "dead end"
-        if matcher.is_accepting() and (not allowed or rng.random() < 0.5):
-            return structure.vocab.decode(tokens).decode()
-        tokens.append(rng.choice(allowed))
-        matcher.advance(tokens[-1])
-    return None
 
 
 def mutations(text: str, alphabet: str, rng: random.Random, count: int) -> list[str]:
@@ -130,7 +96,7 @@ def test_acceptance_equals_lark_on_every_short_string(name, text, alphabet, leng
     for n in range(length + 1):
         for chars in itertools.product(alphabet, repeat=n):
             s = "".join(chars)
-            assert accepts(structure, s) == lark_accepts(parser, s), (name, s)
+            assert accepts_text(structure, s) == lark_accepts(parser, s), (name, s)
 
 
 SQL_UNITS = (
@@ -149,17 +115,21 @@ SQL_UNITS = (
     ],
 )
 def test_random_walks_parse_and_near_misses_agree_with_lark(name, text, units, alphabet):
-    walker = compile_lark(text, synthetic_vocab(units))
+    # Each unit, each character of the units (and a two-byte one), and a few thousand random runs of units, so that
+    # tokens cross rule boundaries; no other bytes, so that a walk does not wander in comments and strings.
+    vocab = random_vocabulary(units, count=3000, lengths=(2, 4), extra=[*units, *"".join(units), "é"])
+    walker = compile_lark(text, vocab)
     structure = compile_lark(text, BYTES)
     parser = lark_parser(text)
     rng = random.Random(0)
-    walks = sorted((w for w in (random_walk(walker, rng) for _ in range(30)) if w is not None), key=len)
+    walks = [random_walk(walker, rng, max_tokens=80) for _ in range(30)]
+    walks = sorted((vocab.decode(w).decode() for w in walks if w is not None), key=len)
     assert len(walks) >= 8, name
     for walk in walks[:8]:  # the shortest: lark's parser is slow on long texts
         assert lark_accepts(parser, walk), (name, walk)
-        assert accepts(structure, walk), (name, walk)
+        assert accepts_text(structure, walk), (name, walk)
         for s in mutations(walk, alphabet, rng, 10):
-            assert accepts(structure, s) == lark_accepts(parser, s), (name, walk, s)
+            assert accepts_text(structure, s) == lark_accepts(parser, s), (name, walk, s)
 
 
 def test_sql_statements():
@@ -170,9 +140,9 @@ def test_sql_statements():
         "SELECT u.id, name AS n FROM users AS u LEFT JOIN orders ON u.id = orders.uid WHERE NOT a IS NULL "
         "AND (b > 2 OR c IN (1, 'x''y')) GROUP BY u.id ORDER BY n DESC, u.id LIMIT 10\n",
     ]:
-        assert accepts(structure, good), good
+        assert accepts_text(structure, good), good
     for bad in ["SELECT FROM t", "SELECT * FROM", "SELECT * FROM t LIMIT x", "SELECT 'a FROM t"]:
-        assert not accepts(structure, bad), bad
+        assert not accepts_text(structure, bad), bad
 
 
 def test_json_lark_is_json():
@@ -181,12 +151,12 @@ def test_json_lark_is_json():
     for n in range(4):
         for chars in itertools.product('{}[]",:1 -.e', repeat=n):
             s = "".join(chars)
-            assert accepts(structure, s) == _json_ok(s), s
+            assert accepts_text(structure, s) == _json_ok(s), s
     for value in [{"a": [1, -2.5e3, "x\\y\u00e9\n"], "b": None, "c": [True, False, {}]}, [], "", 0]:
         text = json.dumps(value, indent=rng.choice([None, 1]))
-        assert accepts(structure, text), text
+        assert accepts_text(structure, text), text
         for s in mutations(text, '{}[]",:1 -.e\\u0\t', rng, 40):
-            assert accepts(structure, s) == _json_ok(s), s
+            assert accepts_text(structure, s) == _json_ok(s), s
 
 
 def _json_ok(text: str) -> bool:
@@ -204,7 +174,7 @@ def _json_ok(text: str) -> bool:
 def test_dynamic_complete_is_the_language_dynamic_takes_only_the_preferred_match():
     text = 'start: A "a"\nA: /a+/'
     structure = compile_lark(text, BYTES)
-    assert accepts(structure, "aa") and accepts(structure, "aaa")
+    assert accepts_text(structure, "aa") and accepts_text(structure, "aaa")
     assert lark_accepts(lark_parser(text), "aa")
     assert not lark_accepts(lark_parser(text, "dynamic"), "aa")
 
@@ -214,7 +184,7 @@ def test_left_recursion_is_rewritten_and_keeps_the_language():
     structure = compile_lark(text, BYTES)
     parser = lark_parser(text)
     for s in ["1", "1-2", "1-2+3-4", "", "-1", "1-", "1+-2"]:
-        assert accepts(structure, s) == lark_accepts(parser, s) == (s in ("1", "1-2", "1-2+3-4")), s
+        assert accepts_text(structure, s) == lark_accepts(parser, s) == (s in ("1", "1-2", "1-2+3-4")), s
 
 
 @pytest.mark.parametrize("lark_regex, exact", list(_LEXER_LANGUAGE.items()))
@@ -235,17 +205,17 @@ def test_ignored_text_goes_between_tokens_and_around_the_text_only():
     structure = compile_lark(text, BYTES)
     parser = lark_parser(text)
     for s in ["abx", " ab x ", "ab   xy", "a b x", "ab x y"]:
-        assert accepts(structure, s) == lark_accepts(parser, s), s
-    assert not accepts(structure, "a b x") and not accepts(structure, "ab x y")
+        assert accepts_text(structure, s) == lark_accepts(parser, s), s
+    assert not accepts_text(structure, "a b x") and not accepts_text(structure, "ab x y")
 
 
 def test_an_ignored_match_may_end_early_here_where_lark_takes_the_longest():
     # The documented difference: a line comment without its line break may stop before the end of the line.
     loose = 'start: "a" "b"\n%ignore /#[^\\n]*/'
-    assert accepts(compile_lark(loose, BYTES), "a#b") and not lark_accepts(lark_parser(loose), "a#b")
+    assert accepts_text(compile_lark(loose, BYTES), "a#b") and not lark_accepts(lark_parser(loose), "a#b")
     exact = 'start: "a" "b"\n%ignore /#[^\\n]*\\n/'
     for s in ["a#b", "a#b\nb", "a#\n#x\nb", "a b#\n"]:
-        assert accepts(compile_lark(exact, BYTES), s) == lark_accepts(lark_parser(exact), s), s
+        assert accepts_text(compile_lark(exact, BYTES), s) == lark_accepts(lark_parser(exact), s), s
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -301,7 +271,7 @@ def test_the_start_rule_must_exist():
     with pytest.raises(GrammarError, match="nope"):
         lark_to_grammar('start: "a"\n', start="nope")
     structure = compile_lark('start: "a"\nother: "b"\n', BYTES, start="other")
-    assert accepts(structure, "b") and not accepts(structure, "a")
+    assert accepts_text(structure, "b") and not accepts_text(structure, "a")
 
 
 def test_text_must_be_a_string():
@@ -324,4 +294,4 @@ def test_bundled_grammars_load_and_compile():
 
 def test_vllm_grammar_requests_in_lark_syntax_compile():
     structure = compile_structure(RequestType.GRAMMAR, 'start: "ok"+', BYTES)
-    assert accepts(structure, "okok") and not accepts(structure, "o")
+    assert accepts_text(structure, "okok") and not accepts_text(structure, "o")

@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from constrain.compilers.regex import compile_regex
 from constrain.automata.regex import regex_to_dfa
+from constrain.compilers.regex import compile_regex
+from constrain.kernels.bitmask import bitmask_to_bool
 from constrain.runtime.masks import StateMasks
+from constrain.testing import byte_vocabulary, tiny_vocabulary
 from constrain.vocab.vocabulary import Vocabulary
 
 REGEXES = [
@@ -37,23 +39,19 @@ def brute_force_mask(dfa, vocab: Vocabulary, state: int) -> np.ndarray:
     return alive
 
 
-def unpack(mask: np.ndarray, size: int) -> np.ndarray:
-    return np.unpackbits(mask.view(np.uint8), bitorder="little")[:size].astype(bool)
-
-
 @pytest.mark.parametrize("pattern", REGEXES)
 def test_every_state_mask_equals_brute_force_on_real_vocabularies(real_vocab, pattern):
     dfa = regex_to_dfa(pattern)
     masks = StateMasks(dfa, real_vocab)
     for state in range(dfa.num_states):
-        got = unpack(masks.get(state), real_vocab.size)
+        got = bitmask_to_bool(masks.get(state), real_vocab.size)
         want = brute_force_mask(dfa, real_vocab, state)
         assert np.array_equal(got, want), (pattern, state, np.nonzero(got != want)[0][:10])
 
 
 def test_special_tokens_are_never_allowed(real_vocab):
     dfa = regex_to_dfa(r"(?s).*")
-    mask = unpack(StateMasks(dfa, real_vocab).get(0), real_vocab.size)
+    mask = bitmask_to_bool(StateMasks(dfa, real_vocab).get(0), real_vocab.size)
     special = ~real_vocab.matchable
     special[real_vocab.eos_ids] = False  # the start of .* accepts, so EOS is allowed
     assert not mask[special].any()
@@ -65,12 +63,12 @@ def test_eos_allowed_exactly_in_accepting_states():
     dfa = regex_to_dfa("(ab)+")
     masks = StateMasks(dfa, vocab)
     for state in range(dfa.num_states):
-        bits = unpack(masks.get(state), vocab.size)
+        bits = bitmask_to_bool(masks.get(state), vocab.size)
         assert bits[5] == bits[6] == bool(dfa.accepting[state])
 
 
 def test_large_automaton_masks_are_computed_lazily_and_bounded():
-    vocab = Vocabulary.from_token_bytes([bytes([c]) for c in range(256)], eos_ids=[256])
+    vocab = byte_vocabulary()
     dfa = regex_to_dfa("[a-z]{200}")
     width_bytes = 4 * ((vocab.size + 31) // 32)
     masks = StateMasks(dfa, vocab, cache_bytes=10 * width_bytes)
@@ -82,6 +80,6 @@ def test_large_automaton_masks_are_computed_lazily_and_bounded():
 
 
 def test_small_automaton_masks_are_precomputed():
-    vocab = Vocabulary.from_token_bytes([b"x", b"y"], eos_ids=[2])
+    vocab = tiny_vocabulary([b"x", b"y"])
     structure = compile_regex("x+y", vocab)
     assert structure.masks.cached_states == structure.dfa.num_states

@@ -13,6 +13,7 @@ from constrain.compilers.regex import compile_regex
 from constrain.errors import DeadEndError, ShapeError, VocabularyError
 from constrain.integrations.transformers import StructureLogitsProcessor
 from constrain.models.gemma import default_eos_ids, load_default_model
+from constrain.testing import tiny_vocabulary
 from constrain.vocab.vocabulary import Vocabulary
 
 pytestmark = pytest.mark.slow
@@ -79,13 +80,13 @@ def test_generate_convenience_with_a_batch(gemma):
 
 def test_structure_for_another_vocabulary_is_refused(gemma):
     model, tokenizer, _ = gemma
-    other = Vocabulary.from_token_bytes([b"a", b"b"], eos_ids=[2])
+    other = tiny_vocabulary([b"a", b"b"])
     with pytest.raises(VocabularyError, match="another vocabulary"):
         constrain.generate(model, tokenizer, "x", compile_regex("a+", other))
 
 
 def test_dead_end_raises_with_the_text_or_stops():
-    vocab = Vocabulary.from_token_bytes([b"a", b"b", b"xy"], eos_ids=[3])
+    vocab = tiny_vocabulary([b"a", b"b", b"xy"])
     structure = compile_regex("a(c|b)", vocab)  # after "a", "b" works; after "ab" the end; "c" is no token
     dead = compile_regex("ac", vocab)
     scores = torch.zeros((1, 4))

@@ -38,6 +38,7 @@ from constrain.integrations.vllm import (
     structure_request,
 )
 from constrain.kernels.bitmask import allowed_token_ids
+from constrain.testing import accepts_text, brute_force_mask, byte_vocabulary
 from constrain.vocab.vocabulary import Vocabulary
 
 # ------------------------------------------------------------------------------------------------------------
@@ -72,11 +73,13 @@ def row_set(bitmask, row: int, width: int = PADDED) -> set[int]:
 
 
 def expected_set(structure, tokens, stops, width: int = PADDED) -> set[int]:
-    """The allowed set after ``tokens`` (read as text), by asking a fresh matcher about every id."""
+    """The allowed set after ``tokens`` (read as text), by asking a fresh matcher about every id; the request's
+    stop tokens take the place of the vocabulary's end-of-sequence ids."""
     m = structure.matcher()
     m.advance(tokens)
-    eos = set(structure.vocab.eos_ids.tolist())
-    out = {t for t in range(structure.vocab.size) if t not in eos and t not in stops and m.accepts(t)}
+    allowed = brute_force_mask(m)
+    allowed[structure.vocab.eos_ids] = False
+    out = set(np.flatnonzero(allowed).tolist()) - set(stops)
     if m.is_accepting():
         out |= {t for t in stops if t < width}
     return out
@@ -119,24 +122,15 @@ def test_compiled_structures_are_shared_and_bounded(vocab):
 )
 def test_choice_is_an_alternation_of_escaped_literals(vocab, choices):
     pattern = choice_regex(choices)
-    byte_vocab = Vocabulary.from_token_bytes([bytes([i]) for i in range(256)], eos_ids=[256])
+    byte_vocab = byte_vocabulary()
     structure = compile_regex(pattern, byte_vocab)
     for choice in choices:
-        assert full_match(structure, choice), (choice, pattern)
+        assert accepts_text(structure, choice), (choice, pattern)
     for other in ["ye", "yes!", "a", "x", "(x", "été!", "\\", "a|", "yesno"]:
-        assert full_match(structure, other) == (other in choices), (other, pattern)
+        assert accepts_text(structure, other) == (other in choices), (other, pattern)
     # through the backend, with the spec as vLLM's key carries it (JSON text)
     g = ConstrainBackend(None, byte_vocab).compile_grammar("choice", json.dumps(choices))
     assert g.accept_tokens("r", list(choices[0].encode()) + [256]) and g.is_terminated()
-
-
-def full_match(structure, text: str) -> bool:
-    m = structure.matcher()
-    data = list(text.encode())
-    if m.count_accepted(data) < len(data):
-        return False
-    m.advance(data)
-    return m.is_accepting()
 
 
 @pytest.mark.parametrize("spec", ["[]", "not json", "[1]", '"yes"', "{}"])
