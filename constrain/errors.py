@@ -30,6 +30,21 @@ class RegexError(StructureError):
         super().__init__(f"{message}{where} in regex {pattern!r}{pointer}")
 
 
+class ArgumentError(ConstrainError, ValueError, TypeError):
+    """An argument of a public function has the wrong type or a value outside what it takes. ``parameter`` names
+    it, ``value`` holds what was given. Both a ValueError and a TypeError, as Python's own checks raise either."""
+
+    what = "argument"
+
+    def __init__(self, parameter: str, value: Any, requirement: str):
+        self.parameter = parameter
+        self.value = value
+        shown = repr(value)
+        if len(shown) > 80:
+            shown = f"{shown[:77]}..."
+        super().__init__(f"invalid {self.what} {parameter}={shown}: {requirement}")
+
+
 class VocabularyError(ConstrainError, ValueError):
     """A tokenizer cannot be read, or a structure meets a vocabulary it was not compiled for."""
 
@@ -83,7 +98,7 @@ class GrammarSyntaxError(GrammarError):
 
 
 class DepthError(StructureError):
-    """The text nests deeper than :data:`MAX_STACK_DEPTH` rule calls: following it further is refused rather than
+    """The text nests deeper than :data:`~constrain.runtime.pushdown.MAX_STACK_DEPTH` rule calls: following it further is refused rather than
     followed inexactly."""
 
 
@@ -105,19 +120,26 @@ class LogitsError(ConstrainError, ValueError):
     """The logits cannot be sampled from (NaN entries, wrong dtype)."""
 
 
-class SamplingParamsError(ConstrainError, ValueError):
+class SamplingParamsError(ArgumentError):
     """A sampling parameter is out of range. ``parameter`` names it, ``value`` holds what was given."""
 
-    def __init__(self, parameter: str, value: Any, requirement: str):
-        self.parameter = parameter
-        self.value = value
-        super().__init__(f"invalid sampling parameter {parameter}={value!r}: {requirement}")
+    what = "sampling parameter"
 
 
-class BeamSearchError(ConstrainError, ValueError):
+class BeamSearchError(ArgumentError):
     """A beam-search argument is out of range. ``parameter`` names it."""
 
-    def __init__(self, parameter: str, value: Any, requirement: str):
-        self.parameter = parameter
-        self.value = value
-        super().__init__(f"invalid beam search argument {parameter}={value!r}: {requirement}")
+    what = "beam search argument"
+
+
+class MissingExtraError(ConstrainError, ImportError):
+    """An optional dependency is not installed. ``extra`` names the extra of ``constrain`` that installs it,
+    ``missing`` the module that could not be found."""
+
+    def __init__(self, module: str, extra: str, missing: str | None = None, feature: str | None = None):
+        self.module = module
+        self.extra = extra
+        self.missing = missing or module
+        what = f"{feature} needs {module}" if feature else f"{module} is needed"
+        detail = f" ({self.missing} is not installed)" if self.missing != module else " and is not installed"
+        super().__init__(f'{what}{detail}: pip install "constrain[{extra}]"', name=self.missing)

@@ -5,11 +5,12 @@ embedded demo model and the real tokenizers need an extra (``pip install "constr
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from types import ModuleType
 
-from constrain.errors import ConstrainError
+from constrain.errors import ConstrainError, MissingExtraError
 
-__all__ = ["EXTRAS", "MissingExtraError", "require"]
+__all__ = ["EXTRAS", "MissingExtraError", "check_installed", "require"]
 
 #: The extras of ``pyproject.toml`` and what each one is for.
 EXTRAS = {
@@ -19,19 +20,6 @@ EXTRAS = {
     "demo": "the embedded Gemma 3 270M model and the real tokenizers (Gemma 3, cl100k_base)",
     "all": "every extra that installs on a CPU machine",
 }
-
-
-class MissingExtraError(ConstrainError, ImportError):
-    """An optional dependency is not installed. ``extra`` names the extra of ``constrain`` that installs it,
-    ``missing`` the module that could not be found."""
-
-    def __init__(self, module: str, extra: str, missing: str | None = None, feature: str | None = None):
-        self.module = module
-        self.extra = extra
-        self.missing = missing or module
-        what = f"{feature} needs {module}" if feature else f"{module} is needed"
-        detail = f" ({self.missing} is not installed)" if self.missing != module else " and is not installed"
-        super().__init__(f'{what}{detail}: pip install "constrain[{extra}]"', name=self.missing)
 
 
 def require(module: str, extra: str, *, feature: str | None = None) -> ModuleType:
@@ -44,3 +32,13 @@ def require(module: str, extra: str, *, feature: str | None = None) -> ModuleTyp
         return importlib.import_module(module)
     except ModuleNotFoundError as e:
         raise MissingExtraError(module, extra, missing=e.name, feature=feature) from e
+
+
+def check_installed(*modules: str, extra: str, feature: str | None = None) -> None:
+    """Raise :class:`MissingExtraError` naming ``extra`` unless every one of ``modules`` can be imported; imports
+    nothing (an integration checks this when it is imported, and imports the heavy module when it is used)."""
+    if extra not in EXTRAS:
+        raise ConstrainError(f"unknown extra {extra!r}; the extras are {', '.join(EXTRAS)}")
+    for module in modules:
+        if importlib.util.find_spec(module) is None:
+            raise MissingExtraError(module, extra, feature=feature)

@@ -14,6 +14,7 @@ import numpy as np
 from numba import njit
 
 from constrain.automata.minimize import _bfs_order, _reduce, _renumbered
+from constrain.errors import StructureError
 
 DEAD = -1
 
@@ -94,13 +95,13 @@ class ByteDFA:
         The language must be prefix-free (an accepting state reads nothing, as for a quoted JSON string) and each
         word in it: ValueError otherwise."""
         if self.calls.shape[1] or (self.trans[self.accepting] >= 0).any():
-            raise ValueError("without_words needs a call-free DFA whose accepting states read nothing")
+            raise StructureError("without_words needs a call-free DFA whose accepting states read nothing")
         data = np.frombuffer(b"".join(words), dtype=np.uint8)
         offsets = np.zeros(len(words) + 1, dtype=np.int64)
         np.cumsum([len(w) for w in words], out=offsets[1:])
         trans, accepting, ok = _trie_complement(data, offsets, self.trans, self.accepting)
         if not ok:
-            raise ValueError("a word to remove is not in the language")
+            raise StructureError("a word to remove is not in the language")
         out = ByteDFA(trans, accepting)
         object.__setattr__(out, "_words_removed_from", self)
         return out
@@ -125,7 +126,7 @@ class ByteDFA:
         minimal, with every state reachable, the canonical table without the cost of minimising."""
         order = _bfs_order(self.trans, np.arange(self.num_states, dtype=np.int32), self.num_states)
         if (order < 0).any():
-            raise ValueError("a state cannot be reached from the start")
+            raise StructureError("a state cannot be reached from the start")
         return ByteDFA(*_renumbered(self.trans, self.accepting, order))
 
     @cached_property

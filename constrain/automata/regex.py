@@ -46,7 +46,7 @@ from interegular.patterns import (
 from constrain.automata.dfa import ByteDFA
 from constrain.automata.nfa import BEGIN, END, ByteNFA
 from constrain.automata.utf8 import MAX_CODE_POINT, code_point_ranges, complement_ranges
-from constrain.errors import RegexError
+from constrain.errors import ArgumentError, RegexError
 
 # Anchors travel through interegular's parse tree as lone surrogates, which no text can contain.
 _BEGIN_CHAR = "\ud800"
@@ -192,7 +192,7 @@ def add_regex(nfa: ByteNFA, pattern: str, src: int, dst: int, *, anchors: bool =
     """Add to ``nfa`` a path from ``src`` to ``dst`` for each full match of ``pattern`` (a grammar terminal, or a
     whole regex structure). ``anchors=False`` refuses ``^ $ \\A \\Z``, which mean nothing inside a grammar."""
     if not isinstance(pattern, str):
-        raise TypeError(f"a regex must be a str, not {type(pattern).__name__}")
+        raise ArgumentError("pattern", pattern, "a regex must be a str")
     surrogate = re.search("[\ud800-\udfff]", pattern)
     if surrogate:
         raise RegexError("surrogate code points cannot appear in UTF-8 text", pattern, surrogate.start())

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 
 from constrain.automata.utf8 import MAX_CODE_POINT, SURROGATES, complement_ranges
-from constrain.errors import GrammarSyntaxError
+from constrain.errors import ArgumentError, GrammarSyntaxError
 from constrain.grammar.ir import Alt, Expr, Grammar, Literal, Ref, Regex, Repeat, Seq
 from constrain.grammar.rules import build_pushdown
 from constrain.runtime.pushdown import GrammarStructure
@@ -266,7 +266,7 @@ class _Parser:
 def gbnf_to_grammar(text: str, start: str = "root") -> Grammar:
     """The grammar IR of a GBNF grammar; ``start`` names the rule the whole text must match."""
     if not isinstance(text, str):
-        raise TypeError(f"a GBNF grammar must be a str, not {type(text).__name__}")
+        raise ArgumentError("text", text, "a GBNF grammar must be a str")
     return Grammar(_Parser(text).parse(), start)
 
 

@@ -52,7 +52,7 @@ from lark.lexer import PatternStr, TerminalDef
 from constrain.automata.nfa import ByteNFA
 from constrain.automata.regex import add_regex
 from constrain.compilers.gbnf import escape_char
-from constrain.errors import GrammarError, GrammarSyntaxError, RegexError
+from constrain.errors import ArgumentError, GrammarError, GrammarSyntaxError, RegexError
 from constrain.grammar.ir import Alt, Expr, Grammar, Literal, Ref, Regex, Repeat, Seq
 from constrain.grammar.rules import build_pushdown
 from constrain.runtime.pushdown import GrammarStructure
@@ -203,7 +203,7 @@ def _rule_body(
 def lark_to_grammar(text: str, start: str = "start") -> Grammar:
     """The grammar IR of a Lark grammar; ``start`` names the rule the whole text must match."""
     if not isinstance(text, str):
-        raise TypeError(f"a Lark grammar must be a str, not {type(text).__name__}")
+        raise ArgumentError("text", text, "a Lark grammar must be a str")
     parser = _read(text, start)
     definitions = {t.name: t for t in parser.terminals}
     terminals: dict[str, Literal | Regex] = {}

@@ -116,10 +116,7 @@ def _matcher_factory(structure: Any) -> Callable[[], Any] | None:
         return structure.matcher
     if callable(structure):
         return structure
-    raise TypeError(
-        f"structure must be a Matcher, a compiled structure or a callable returning a matcher, got "
-        f"{type(structure).__name__}"
-    )
+    raise BeamSearchError("structure", structure, "a Matcher, a compiled structure or a callable returning a matcher")
 
 
 def _eos_set(eos_token_id: int | Iterable[int] | None, matcher: Any) -> frozenset[int]:
@@ -185,7 +182,7 @@ def beam_search(
 
     next_logits = model_next_logits(model) if _is_torch_module(model) else model
     if not callable(next_logits):
-        raise TypeError(f"model must be a next_logits(prefixes) callable or a torch module, got {type(model).__name__}")
+        raise BeamSearchError("model", model, "a next_logits(prefixes) callable or a torch module")
     factory = _matcher_factory(structure)
     root = factory() if factory is not None else None
     eos = _eos_set(eos_token_id, root)

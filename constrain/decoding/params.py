@@ -163,7 +163,7 @@ class _Rows:
             plist = list(params)
             for i, p in enumerate(plist):
                 if not isinstance(p, SamplingParams):
-                    raise TypeError(f"params[{i}] must be a SamplingParams, got {type(p).__name__}")
+                    raise SamplingParamsError(f"params[{i}]", p, "each must be a SamplingParams")
             if len(plist) != n:
                 raise ShapeError(f"got {len(plist)} SamplingParams for a batch of {n} rows; expected one per row")
         self.n = n

@@ -58,12 +58,12 @@ from constrain.decoding.transforms import (
     _work_copy,
 )
 from constrain.decoding.truncation import _SPARSE_MIN_V, _probs_numpy, _probs_torch
-from constrain.errors import DeadEndError, LogitsError, ShapeError
+from constrain.errors import DeadEndError, LogitsError, SamplingParamsError, ShapeError
 
 
 def _use_torch_ops(logits: Any, backend: str) -> bool:
     if backend not in ("auto", "numpy", "torch"):
-        raise ValueError(f"backend must be 'auto', 'numpy' or 'torch', got {backend!r}")
+        raise SamplingParamsError("backend", backend, "'auto', 'numpy' or 'torch'")
     if not _is_tensor(logits):
         if backend == "torch":
             raise ShapeError("backend='torch' needs torch tensors")

@@ -75,11 +75,14 @@ import numpy as np
 
 from constrain.cache import cache_dir
 from constrain.compilers import api
-from constrain.errors import ConstrainError, DeadEndError, ShapeError, TokenError, VocabularyError
+from constrain.errors import ArgumentError, ConstrainError, DeadEndError, ShapeError, TokenError, VocabularyError
+from constrain.extras import check_installed
 from constrain.kernels.bitmask import apply_token_bitmask
 from constrain.runtime.matcher import CompiledStructure, Matcher
 from constrain.vocab.readers import NON_TEXT_ADDED_TOKENS
 from constrain.vocab.vocabulary import Vocabulary
+
+check_installed("llama_cpp", extra="llamacpp", feature=__name__)
 
 if TYPE_CHECKING:
     from llama_cpp import Llama, LogitsProcessorList
@@ -124,9 +127,9 @@ class LlamaCppLogitsProcessor:
 
     def __init__(self, structure: CompiledStructure, *, on_dead_end: Literal["raise", "stop"] = "raise"):
         if not isinstance(structure, CompiledStructure):
-            raise TypeError(f"structure must be a CompiledStructure, got {type(structure).__name__}")
+            raise ArgumentError("structure", structure, "a CompiledStructure")
         if on_dead_end not in ("raise", "stop"):
-            raise ValueError(f"on_dead_end must be 'raise' or 'stop', got {on_dead_end!r}")
+            raise ArgumentError("on_dead_end", on_dead_end, "'raise' or 'stop'")
         self.structure = structure
         self.vocab = structure.vocab
         self.on_dead_end = on_dead_end

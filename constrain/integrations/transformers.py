@@ -18,13 +18,16 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import torch
 
 from constrain.compilers import api
-from constrain.errors import DeadEndError, ShapeError, VocabularyError
+from constrain.errors import ArgumentError, DeadEndError, ShapeError, VocabularyError
+from constrain.extras import check_installed, require
 from constrain.kernels.bitmask import allocate_token_bitmask, apply_token_bitmask
 from constrain.runtime.matcher import CompiledStructure, Matcher
 from constrain.vocab.vocabulary import Vocabulary
+
+check_installed("transformers", extra="transformers", feature=__name__)
+torch = require("torch", "transformers", feature=__name__)
 
 
 class StructureLogitsProcessor:
@@ -37,11 +40,11 @@ class StructureLogitsProcessor:
 
     def __init__(self, structures: CompiledStructure | Sequence[CompiledStructure], *, on_dead_end: str = "raise"):
         if on_dead_end not in ("raise", "stop"):
-            raise ValueError(f"on_dead_end must be 'raise' or 'stop', not {on_dead_end!r}")
+            raise ArgumentError("on_dead_end", on_dead_end, "'raise' or 'stop'")
         self.on_dead_end = on_dead_end
         self.structures = [structures] if isinstance(structures, CompiledStructure) else list(structures)
         if not self.structures:
-            raise ValueError("at least one structure is needed")
+            raise ArgumentError("structures", structures, "at least one structure")
         vocab = self.structures[0].vocab
         if any(s.vocab.fingerprint != vocab.fingerprint for s in self.structures):
             raise VocabularyError("all structures of one processor must be compiled for the same vocabulary")

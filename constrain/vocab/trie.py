@@ -9,7 +9,7 @@ from functools import cached_property
 import numpy as np
 from numba import njit
 
-from constrain.errors import VocabularyError
+from constrain.errors import ArgumentError, VocabularyError
 
 # --------------------------------------------------------------------------------------------------------- trie
 
@@ -63,7 +63,7 @@ class TokenTrie:
         it one level up)."""
         i = int(i)
         if not 0 <= i < self.num_nodes:
-            raise IndexError(f"node {i} is out of range 0..{self.num_nodes - 1}")
+            raise ArgumentError("i", i, f"a node id in 0..{self.num_nodes - 1}")
         depth = self.node_depth[: i + 1]
         out = bytearray(int(depth[i]))
         j = i

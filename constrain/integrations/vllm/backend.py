@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from constrain.errors import ShapeError, TokenError, VocabularyError
+from constrain.extras import require
 from constrain.integrations.vllm.requests import RequestType, _request_type, compile_structure
 from constrain.runtime.matcher import CompiledStructure
 from constrain.vocab.vocabulary import Vocabulary
@@ -342,8 +343,8 @@ class ConstrainBackend:
 def vllm_structured_output_classes() -> tuple[type[ConstrainBackend], type[ConstrainGrammar]]:
     """(backend, grammar) classes that also subclass vLLM's ``StructuredOutputBackend`` / ``StructuredOutputGrammar``
     (the backend's ``compile_grammar`` makes the grammar class). ImportError without vLLM."""
-    from vllm.v1.structured_output.backend_types import StructuredOutputBackend, StructuredOutputGrammar
-
+    types = require("vllm.v1.structured_output.backend_types", "vllm", feature="vllm_structured_output_classes")
+    StructuredOutputBackend, StructuredOutputGrammar = types.StructuredOutputBackend, types.StructuredOutputGrammar
     grammar = type("VllmConstrainGrammar", (ConstrainGrammar, StructuredOutputGrammar), {"__module__": __name__})
     backend = type(
         "VllmConstrainBackend",

@@ -18,7 +18,7 @@ import numpy as np
 
 from constrain.automata.regex import regex_to_dfa
 from constrain.compilers.choices import choice_regex
-from constrain.errors import StructureError, VocabularyError
+from constrain.errors import MissingExtraError, StructureError, VocabularyError
 from constrain.integrations.vllm.backend import (
     ConstrainBackend,
     ConstrainGrammar,
@@ -333,9 +333,8 @@ def _plugin_class() -> type:
         except ImportError as exc:
             errors.append(f"{module_name}: {exc}")
     if len(bases) == 1:
-        raise ImportError(
-            "constrain.integrations.vllm.StructureLogitsProcessor needs vLLM's logits-processor interface: "
-            + "; ".join(errors)
+        raise MissingExtraError(
+            "vllm", "vllm", feature="constrain.integrations.vllm.StructureLogitsProcessor (" + "; ".join(errors) + ")"
         )
     cls = type(
         "StructureLogitsProcessor",
