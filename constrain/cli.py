@@ -19,7 +19,7 @@ DEMO_CASES = [
 def demo(args: argparse.Namespace) -> int:
     from transformers import LogitsProcessorList
 
-    from constrain.compilers.regex import compile_regex
+    from constrain.compilers.api import compile as compile_structure
     from constrain.integrations.transformers import StructureLogitsProcessor
     from constrain.models.gemma import default_eos_ids, load_default_model
     from constrain.vocab.vocabulary import Vocabulary
@@ -32,7 +32,7 @@ def demo(args: argparse.Namespace) -> int:
     failures = 0
     for prompt, pattern in DEMO_CASES:
         t = time.perf_counter()
-        structure = compile_regex(pattern, vocab)
+        structure = compile_structure(pattern, vocab)
         compile_ms = 1e3 * (time.perf_counter() - t)
         inputs = tokenizer(prompt, return_tensors="pt")
         t = time.perf_counter()
