@@ -962,7 +962,7 @@ def test_backend_reads_vllms_cached_tokenizer(vllm_modules, gemma_tokenizer, gem
 
 
 def test_plugin_is_registered_for_vllm(vllm_modules):
-    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     target = pyproject["project"]["entry-points"]["vllm.logits_processors"]["constrain"]
     assert target == "constrain.integrations.vllm:StructureLogitsProcessor"
     from vllm.v1.worker.gpu.sample.logits_processor.loader import _load_v2_logitsprocs_by_fqcns
