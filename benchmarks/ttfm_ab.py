@@ -1,4 +1,5 @@
-"""TTFM of two builds of constrain, interleaved: how a change moves compile + first mask, schema by schema.
+"""TTFM and TBM of two builds of constrain, interleaved: how a change moves compile + first mask, schema by schema,
+and the time of each mask while the schema's valid instances are forced token by token.
 
     git worktree add /tmp/base <commit>          # the build to compare against
     .venv/bin/python benchmarks/ttfm_ab.py --base /tmp/base --sample 300 --seed 1
@@ -11,7 +12,10 @@ small schema first (numba's kernels loaded or compiled); the first run of a fres
 kernels into its own cache, so run it twice and read the second.
 
 Prints both builds' TTFM p50 / p90 / p99 over the schemas both compiled, and the per-schema ratio (this checkout
-over ``--base``): quartiles, and the ratio of sums in bands of the base's TTFM.
+over ``--base``): quartiles, and the ratio of sums in bands of the base's TTFM; then both builds' TBM p50 / p95 /
+p99 (``fill_bitmask`` per token of the valid instances, in the schema's declared key order where that differs).
+The worker imports only names that both the present layout and the one before ``constrain.compile`` have, so a
+build from before the redesign can be the base.
 """
 
 from __future__ import annotations
@@ -34,33 +38,51 @@ def worker(sample: int, seed: int, flush_mb: int) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import maskbench as mb
 
-    from constrain.automata.nfa import compile_kernels
-    from constrain.compilers.json_schema import compile_json_schema
-    from constrain.models.tokenizers import load_gemma_tokenizer
-    from constrain.vocab.vocabulary import Vocabulary
+    from constrain import Vocabulary, compile_json_schema
 
-    vocab = Vocabulary.from_tokenizer(load_gemma_tokenizer())
+    try:
+        from constrain.automata import compile_kernels
+        from constrain.models import load_gemma_tokenizer
+    except ImportError:  # the layout before the redesign
+        from constrain.automaton import compile_kernels
+        from constrain.tokenizers import load_gemma_tokenizer
+
+    tokenizer = load_gemma_tokenizer()
+    vocab = Vocabulary.from_tokenizer(tokenizer)
     compile_kernels()
     entries = mb.load_entries(mb.DEFAULT_DATA, sample=sample, seed=seed)
     bitmask = np.zeros((1, (vocab.size + 31) // 32), dtype=np.int32)
     ballast = np.zeros(flush_mb << 17)  # float64: flush_mb MiB
 
-    def ttfm(schema) -> float | None:
+    def measure(entry: dict) -> dict:
         start = time.perf_counter()
         try:
-            structure = compile_json_schema(schema, vocab)
+            structure = compile_json_schema(entry["schema"], vocab)
         except Exception:  # a refusal: no TTFM
-            return None
+            return {"ttfm": None, "tbm": []}
         structure.matcher().fill_bitmask(bitmask, 0)
-        return time.perf_counter() - start
+        ttfm = time.perf_counter() - start
+        tbm = []
+        for test in mb.tokenise_tests(entry, tokenizer, vocab):
+            tokens = test.get("declared_tokens", test.get("tokens")) if test["valid"] else None
+            matcher = structure.matcher()
+            for token in tokens or ():
+                start = time.perf_counter()
+                matcher.fill_bitmask(bitmask, 0)
+                tbm.append(time.perf_counter() - start)
+                try:
+                    matcher.advance(token)
+                except Exception:  # not in the declared order after all: stop this instance
+                    break
+        return {"ttfm": ttfm, "tbm": tbm}
 
-    ttfm(mb.WARM_UP_SCHEMA)
+    measure({"schema": mb.WARM_UP_SCHEMA, "tests": []})
     import constrain
 
     print(json.dumps({"ready": constrain.__file__}), flush=True)
     for line in sys.stdin:
         ballast += 1.0
-        print(json.dumps(ttfm(entries[int(line)]["schema"])), flush=True)
+        print(json.dumps(measure(entries[int(line)])), flush=True)
 
 
 def start(root: Path, args: argparse.Namespace) -> subprocess.Popen:
@@ -89,13 +111,16 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--base is required")
     base, new = start(args.base, args), start(REPO, args)
     times: dict[str, list] = {"base": [], "new": []}
+    masks: dict[str, list] = {"base": [], "new": []}
     try:
         for i in range(args.sample):
             order = (("base", base), ("new", new)) if i % 2 == 0 else (("new", new), ("base", base))
             for name, proc in order:
                 proc.stdin.write(f"{i}\n")
                 proc.stdin.flush()
-                times[name].append(json.loads(proc.stdout.readline()))
+                result = json.loads(proc.stdout.readline())
+                times[name].append(result["ttfm"])
+                masks[name].extend(result["tbm"])
     finally:
         for proc in (base, new):
             proc.stdin.close()
@@ -116,6 +141,12 @@ def main(argv: list[str] | None = None) -> int:
         idx = order[int(lo * len(a)) : int(hi * len(a))]
         bands.append(f"{lo:.2f}-{hi:.2f} {b[idx].sum() / a[idx].sum():.3f}")
     print("ratio of sums by band of the base's TTFM: " + "; ".join(bands))
+    q = (50, 95, 99)
+    for name in ("base", "new"):
+        us = 1e6 * np.array(masks[name])
+        label = "base" if name == "base" else "this checkout"
+        figures = " / ".join(f"{np.percentile(us, x):.1f}" for x in q)
+        print(f"TBM p50 / p95 / p99 (us), {label}, {len(us)} masks: {figures}")
     return 0
 
 
