@@ -11,6 +11,7 @@ import itertools
 import json
 import random
 import re
+
 import lark
 import pytest
 

@@ -28,7 +28,6 @@ import torch
 from constrain.compilers.regex import compile_regex
 from constrain.errors import RegexError, ShapeError, StructureError, TokenError
 from constrain.integrations import vllm as cv
-from constrain.integrations.vllm import plugin as vllm_plugin
 from constrain.integrations.vllm import (
     ConstrainBackend,
     ConstrainGrammar,
@@ -37,6 +36,7 @@ from constrain.integrations.vllm import (
     fill_draft_bitmasks,
     structure_request,
 )
+from constrain.integrations.vllm import plugin as vllm_plugin
 from constrain.kernels.bitmask import allowed_token_ids
 from constrain.testing import accepts_text, brute_force_mask, byte_vocabulary
 from constrain.vocab.vocabulary import Vocabulary

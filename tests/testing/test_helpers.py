@@ -45,11 +45,10 @@ def test_vocabularies_put_one_end_of_sequence_id_after_their_tokens():
 
 
 def test_random_vocabulary_is_seeded_and_made_of_runs_of_the_units():
-    a = random_vocabulary(["ab", "c", "[", "]"], count=500, lengths=(2, 3), seed=3, extra=["z"])
-    assert a.fingerprint == random_vocabulary(["ab", "c", "[", "]"], count=500, lengths=(2, 3), seed=3,
-                                              extra=["z"]).fingerprint
-    assert a.fingerprint != random_vocabulary(["ab", "c", "[", "]"], count=500, lengths=(2, 3), seed=4,
-                                              extra=["z"]).fingerprint
+    units = ["ab", "c", "[", "]"]
+    a = random_vocabulary(units, count=500, lengths=(2, 3), seed=3, extra=["z"])
+    assert a.fingerprint == random_vocabulary(units, count=500, lengths=(2, 3), seed=3, extra=["z"]).fingerprint
+    assert a.fingerprint != random_vocabulary(units, count=500, lengths=(2, 3), seed=4, extra=["z"]).fingerprint
     tokens = [a.token_bytes(i) for i in range(a.size - 1)]
     assert tokens == sorted(tokens) and b"z" in tokens and a.eos_ids.tolist() == [a.size - 1]
     assert all(t == b"z" or re.fullmatch(rb"(ab|c|\[|\]){2,3}", t) for t in tokens)

@@ -18,7 +18,6 @@ from constrain.errors import VocabularyError
 from constrain.vocab.readers import NON_TEXT_ADDED_TOKENS, bytes_to_unicode
 from constrain.vocab.vocabulary import Vocabulary
 
-
 # ------------------------------------------------------------------------------------------------ texts
 
 

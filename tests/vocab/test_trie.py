@@ -7,7 +7,6 @@ import numpy as np
 from constrain.vocab.trie import TokenTrie
 from constrain.vocab.vocabulary import Vocabulary
 
-
 # ------------------------------------------------------------------------------------------------ the trie
 
 

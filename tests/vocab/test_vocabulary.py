@@ -12,7 +12,6 @@ from constrain.errors import TokenError, VocabularyError
 from constrain.vocab.vocabulary import Vocabulary
 from tests.vocab.test_trie import _check_trie
 
-
 # ------------------------------------------------------------------------------------------------ synthetic
 
 
