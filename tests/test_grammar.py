@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 
 from constrain.automata.dfa import bounded_language_hashes
 from constrain.automata.regex import regex_to_dfa
-from constrain.compilers.json_schema import _STRING as STRING_PATTERN
-from constrain.compilers.json_schema import _key_except_dfa, compile_json_schema
+from constrain.compilers.json_schema import compile_json_schema
+from constrain.compilers.json_schema.strings import _key_except_dfa
+from constrain.compilers.json_schema.values import _STRING as STRING_PATTERN
 from constrain.errors import DepthError, GrammarError, RegexError
 from constrain.grammar.ir import Alt, Grammar, Literal, Ref, Regex, Repeat, Seq
 from constrain.grammar.rules import build_pushdown, terminal_dfa

@@ -21,17 +21,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from constrain.compilers.json_schema import (
-    JsonSchemaError,
-    _CDFA,
-    _CHAR,
-    _canonical_value,
-    _counted_chars,
-    _decimal_range,
-    _int_range,
-    compile_json_schema,
-    schema_to_grammar,
-)
+from constrain.compilers.json_schema import JsonSchemaError, compile_json_schema, schema_to_grammar
+from constrain.compilers.json_schema.cdfa import _CDFA
+from constrain.compilers.json_schema.numbers import _decimal_range, _int_range
+from constrain.compilers.json_schema.strings import _counted_chars
+from constrain.compilers.json_schema.values import _CHAR, _canonical_value
 from constrain.errors import StructureError
 from constrain.grammar.ir import Automaton, Literal, Regex, Repeat, Seq
 from constrain.grammar.rules import _build_rule_dfa, build_pushdown
@@ -361,7 +355,7 @@ def test_draft07_spellings_without_a_declared_dialect():
 )
 def test_a_document_crawled_for_resources_only_when_an_object_below_the_root_may_name_one(schema, names):
     """The document's text answers for most schemas; the walk of its objects, for the rest: both must agree."""
-    from constrain.compilers.json_schema import _names_resources
+    from constrain.compilers.json_schema.document import _names_resources
 
     assert _names_resources(schema) is names
     assert _names_resources({"$comment": "not plain JSON", "x": {1, 2}, **schema}) is names  # walked
@@ -890,8 +884,7 @@ def test_json_schema_test_suite():
 
 
 def test_encoded_format_regexes_mean_the_decoded_formats():
-    from constrain.compilers.json_schema import _FORMATS, _FORMATS_ENCODED
-
+    from constrain.compilers.json_schema.formats import _FORMATS, _FORMATS_ENCODED
     from constrain.grammar.rules import terminal_dfa
 
     for name, decoded in _FORMATS.items():

@@ -73,7 +73,7 @@ def test_the_time_limit_running_out_inside_a_guarded_call_is_reported_as_the_tim
     handlers there caught every Exception (or every StructureError, which CompileTimeout is). A pattern's search
     automaton is built where regex errors become refusals: the time limit must not become one."""
     from constrain.automata.limits import deadline
-    from constrain.compilers import json_schema
+    from constrain.compilers.json_schema import compiler, document, strings
 
     def expired(call):
         def late(*args, **kwargs):
@@ -82,9 +82,9 @@ def test_the_time_limit_running_out_inside_a_guarded_call_is_reported_as_the_tim
 
         return late
 
-    monkeypatch.setattr(json_schema._Document, "is_valid", expired(json_schema._Document.is_valid))
-    monkeypatch.setattr(json_schema._Compiler, "search", expired(json_schema._Compiler.search))
-    json_schema._searched.cache_clear()  # built by an earlier test, it would be found without a look at the clock
+    monkeypatch.setattr(document._Document, "is_valid", expired(document._Document.is_valid))
+    monkeypatch.setattr(compiler._Compiler, "search", expired(compiler._Compiler.search))
+    strings._searched.cache_clear()  # built by an earlier test, it would be found without a look at the clock
     with pytest.raises(JsonSchemaError, match=r"takes longer than time_limit=60 s"):
         schema_to_grammar(schema, time_limit=60)
 
@@ -172,10 +172,10 @@ def test_enum_values_in_a_bundled_schema_are_validated_once_per_subschema_text(m
     """JsonSchemaStore---cityjson.min: a bundle inlines its definitions, so one subschema text recurs at hundreds
     of pointers, and each enum value was validated at each through a ``$ref`` walk of the whole document. A part
     without references is now validated directly, once per text; one with a reference still goes through it."""
-    from constrain.compilers import json_schema
+    from constrain.compilers.json_schema import document
 
     evaluated = []
-    original = json_schema._Document.validator
+    original = document._Document.validator
 
     def counting(self):
         validator = original(self)
@@ -193,7 +193,7 @@ def test_enum_values_in_a_bundled_schema_are_validated_once_per_subschema_text(m
 
         return Counting()
 
-    monkeypatch.setattr(json_schema._Document, "validator", counting)
+    monkeypatch.setattr(document._Document, "validator", counting)
     member = {"type": "string", "enum": ["a", "bb", "ccc", "dddd"], "minLength": 2}
     schema = {
         "type": "object",

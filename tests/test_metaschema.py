@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import validators
 
-from constrain.compilers.json_schema import JsonSchemaError, _Document, compile_json_schema, schema_to_grammar
+from constrain.compilers.json_schema import JsonSchemaError, compile_json_schema, schema_to_grammar
+from constrain.compilers.json_schema.document import _Document
 from constrain.compilers.metaschema import MAX_DEPTH, certainly_valid
 from constrain.vocab.vocabulary import Vocabulary
 

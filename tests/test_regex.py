@@ -187,7 +187,7 @@ def test_removing_words_from_a_quoted_string_language_builds_the_minimal_dfa(nam
     of minimising: the table equals the one the product and a minimisation pass give, state for state."""
     import json
 
-    from constrain.compilers.json_schema import _STRING
+    from constrain.compilers.json_schema.values import _STRING
 
     string = regex_to_dfa(_STRING).reduced()
     words = sorted({json.dumps(name, ensure_ascii=False).encode() for name in names})

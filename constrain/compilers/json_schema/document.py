@@ -1,0 +1,443 @@
+"""The schema document: its dialect and metaschema validation, JSON pointers, ``$ref``/``$id``/anchor resolution,
+and validation of values against parts of it (the oracle for enum/const candidates and property names).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from functools import cached_property
+from typing import Any
+from urllib.parse import quote, unquote, urljoin
+
+from constrain.compilers.json_schema.errors import JsonSchemaError, _check_time
+from constrain.compilers.json_schema.keywords import _Part
+from constrain.compilers.metaschema import certainly_valid
+
+
+def _escape_token(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def _clean_pointer(ptr: str) -> str:
+    """A pointer for messages: synthetic steps (``/~sN``) removed."""
+    return re.sub(r"/~s\d+(?:/[^/]*)*?(?=/~s|$)", "", ptr) if "/~s" in ptr else ptr
+
+
+#: The keywords that name a resource or an anchor, per referencing specification.
+_NAMING_KEYWORDS = {
+    "draft-03": ("id",), "draft-04": ("id",), "draft-06": ("$id",), "draft-07": ("$id",),
+    "draft2019-09": ("$id", "$anchor"), "draft2020-12": ("$id", "$anchor", "$dynamicAnchor"),
+}  # fmt: skip
+
+
+#: What a crawl of the document registers (every draft's spellings): anchors anywhere; below the root (whose id
+#: is the base URI anyway), ids and embedded dialects, as strings ("id" is also a common property name).
+_ANCHOR_KEYWORDS = ("$anchor", "$dynamicAnchor", "$recursiveAnchor")
+_ID_KEYWORDS = ("id", "$id", "$schema")
+#: Keywords whose value is data, not a schema: no reference lands inside one that is not an object.
+_VALUE_KEYWORDS = frozenset(("enum", "const", "default", "examples", "example"))
+
+
+#: A key that may name a resource (with a string value) or an anchor, as ``json.dumps`` writes it. Inside a string
+#: every quote is escaped, so these occur in a document's text only as keys (or as keys inside data values).
+_NAMING_TEXT = re.compile(r'"(?:\$id|id|\$schema)": "|"\$(?:anchor|dynamicAnchor|recursiveAnchor)": ')
+
+
+def _names_resources(schema: Any) -> bool:
+    """Whether an object below the root could name a resource or an anchor (an id, a ``$schema``, an anchor):
+    what only a crawl of the document registers. The document's text answers at once when it holds no such key
+    but the root's own ids (most schemas); otherwise the objects are walked."""
+    if isinstance(schema, Mapping):
+        try:
+            found = len(_NAMING_TEXT.findall(json.dumps(schema)))
+        except (TypeError, ValueError):  # not plain JSON data: walk it
+            found = -1
+        if found == sum(isinstance(schema.get(key), str) for key in _ID_KEYWORDS):
+            return False
+    stack = [(schema, True)]
+    while stack:
+        node, root = stack.pop()
+        if isinstance(node, Mapping):
+            if any(key in node for key in _ANCHOR_KEYWORDS):
+                return True
+            if not root and any(isinstance(node.get(key), str) for key in _ID_KEYWORDS):
+                return True
+            stack.extend(
+                (value, False)
+                for key, value in node.items()
+                if isinstance(value, (Mapping, list)) and (key not in _VALUE_KEYWORDS or isinstance(value, Mapping))
+            )
+        elif isinstance(node, list):
+            stack.extend((value, False) for value in node if isinstance(value, (Mapping, list)))
+    return False
+
+
+def _total_specification(spec: Any, embedded: list[tuple[Mapping, str]]) -> Any:
+    """``spec`` (a ``referencing`` JSON Schema specification) made total over the schemas met here.
+
+    referencing 0.37 reads ``id``/``$id`` and anchors as strings of a JSON object, and its walks break that:
+    resolving a JSON pointer through ``items`` or ``dependencies`` asks for the id of every object further down
+    the path, such as a ``properties`` object whose ``id`` entry is a property's schema (an AttributeError on
+    ``dict.startswith``); crawling an embedded draft-04 subschema (its own ``$schema`` in a draft-07 document)
+    meets its boolean subschemas (a TypeError); and the draft-04 to 07 crawl takes every ``dependencies`` value
+    after a schema for a subschema, lists of property names too. Here only a string names a resource or an
+    anchor, only objects are crawled (booleans and lists name nothing), and a subschema with its own ``$schema``
+    is appended to ``embedded`` (with this specification's name) instead: referencing would crawl it with its
+    own, partial specification for that dialect.
+    """
+    import referencing
+
+    keys = _NAMING_KEYWORDS[spec.name]
+
+    def named(contents: Any) -> bool:
+        return isinstance(contents, Mapping) and all(isinstance(contents.get(k, ""), str) for k in keys)
+
+    def subresources_of(contents: Any) -> Iterator[Mapping]:
+        if not isinstance(contents, Mapping):
+            return
+        for sub in spec.subresources_of(contents):
+            if isinstance(sub, Mapping) and "$schema" in sub:
+                embedded.append((sub, spec.name))
+            elif isinstance(sub, Mapping):
+                yield sub
+
+    return referencing.Specification(
+        name=spec.name,
+        id_of=lambda contents: spec.id_of(contents) if named(contents) else None,
+        subresources_of=subresources_of,
+        anchors_in=lambda _spec, contents: spec.anchors_in(contents) if named(contents) else (),
+        maybe_in_subresource=spec.maybe_in_subresource,
+    )
+
+
+class _Document:
+    def __init__(self, schema: Any):
+        import jsonschema
+        import referencing
+        import referencing.jsonschema as rj
+        from jsonschema import validators
+
+        if not isinstance(schema, (bool, Mapping)):
+            raise JsonSchemaError(f"a schema must be a JSON object or a boolean, not {type(schema).__name__}")
+        cls = validators.validator_for(schema, default=validators.Draft202012Validator)
+        explicit = isinstance(schema, Mapping) and "$schema" in schema
+        # check_schema without format assertions: patterns are ECMAScript regexes, which Python's re (what the
+        # "regex" format checker uses) does not always parse; the regex compiler here judges them instead. The
+        # fast walk answers for most schemas; when it is not sure, jsonschema decides and words the error.
+        error = None
+        if not certainly_valid(schema, cls.__name__.replace("Validator", "")):
+            error = jsonschema.exceptions.best_match(cls(cls.META_SCHEMA).iter_errors(schema))
+        if error is not None and not explicit:
+            # No $schema: a draft-07 document (items as a list...) is read as draft-07.
+            draft7 = validators.Draft7Validator
+            if (
+                certainly_valid(schema, "Draft7")
+                or jsonschema.exceptions.best_match(draft7(draft7.META_SCHEMA).iter_errors(schema)) is None
+            ):
+                cls, error = draft7, None
+        if error is not None:
+            path = list(error.absolute_path)
+            pointer = "".join("/" + _escape_token(str(p)) for p in path)
+            keyword = str(path[-1]) if path else error.validator
+            raise JsonSchemaError(f"not a valid JSON Schema: {error.message}", pointer, keyword)
+        self.schema = schema
+        self.cls = cls
+        self.keywords = set(cls.VALIDATORS)
+        if not explicit and cls is validators.Draft202012Validator:
+            # "2020-12 plus draft-07 spellings": without a declared dialect, dependencies and additionalItems keep
+            # their draft-07 meaning (definitions is resolved by pointer either way).
+            self.keywords |= {"dependencies", "additionalItems"}
+        dialects = {
+            "Draft3Validator": rj.DRAFT3, "Draft4Validator": rj.DRAFT4, "Draft6Validator": rj.DRAFT6,
+            "Draft7Validator": rj.DRAFT7, "Draft201909Validator": rj.DRAFT201909,
+            "Draft202012Validator": rj.DRAFT202012,
+        }  # fmt: skip
+        self.draft = cls.__name__.replace("Validator", "")
+        self.legacy = cls.__name__ in ("Draft3Validator", "Draft4Validator", "Draft6Validator", "Draft7Validator")
+        self.draft4 = cls.__name__ in ("Draft3Validator", "Draft4Validator")
+        embedded: list[tuple[Mapping, str]] = []
+        self._embedded = embedded
+        self._dialects = {spec.name: spec for spec in dialects.values()}
+        self._specs: dict[str, Any] = {}
+        self.spec = self.specification(dialects.get(cls.__name__, rj.DRAFT202012).name)
+        self.base = self.spec.create_resource(schema).id() or ""
+        self.names_resources = _names_resources(schema)
+        self.bases: dict[str, str] = {"": self.base}
+        if self.names_resources:
+            self.registry = self._crawl(embedded)
+        else:  # JSON pointers into the root are all its $refs can name: no crawl needed
+            self.registry = referencing.Registry().with_resource(self.base, self.spec.create_resource(schema))
+        self.root_resolver = self.registry.resolver(self.base)
+        self.unresolvable = referencing.exceptions.Unresolvable
+        self.nodes: dict[str, Any] = {"": schema}
+        self.resolvers: dict[str, Any] = {"": self.root_resolver}
+        self.synthetic: dict[str, Any] = {}
+        self._validator = None
+        #: Per (pointer, negated keyword): the schema a part means and its JSON text when it refers to nothing.
+        self._standalone: dict[tuple[str, tuple | None], tuple[Any, str] | None] = {}
+        #: Verdicts by (schema text, instance text), for parts that refer to nothing.
+        self._verdicts: dict[tuple[str, str], bool] = {}
+
+    def specification(self, name: str) -> Any:
+        """The total specification (:func:`_total_specification`) of dialect ``name``, made when first needed:
+        most documents use one dialect."""
+        spec = self._specs.get(name)
+        if spec is None:
+            spec = self._specs[name] = _total_specification(self._dialects[name], self._embedded)
+        return spec
+
+    def _crawl(self, embedded: list[tuple[Mapping, str]]) -> Any:
+        """The registry of the document's resources and anchors (what ``$ref`` URIs name).
+
+        A subschema with its own ``$schema`` (which ``_total_specification`` leaves out) is crawled on its own,
+        with the specification of the dialect it declares as referencing would, from the base URI around it;
+        the registries are combined with the enclosing ones last, so the entry that crawl makes for that base URI
+        when the subschema has no id of its own does not hide the resource the URI belongs to.
+        """
+        import referencing
+        import referencing.jsonschema as rj
+
+        registries = [referencing.Registry().with_resource(self.base, self.spec.create_resource(self.schema)).crawl()]
+        while embedded:
+            node, enclosing = embedded.pop()
+            dialect = node["$schema"]
+            declared = rj.specification_with(dialect, default=None) if isinstance(dialect, str) else None
+            spec = self.specification(declared.name if declared is not None else enclosing)
+            around = self.base_at(self.ptr_of[id(node)].rpartition("/")[0])
+            registries.append(referencing.Registry().with_resource(around, spec.create_resource(node)).crawl())
+        return registries[-1].combine(*reversed(registries[:-1]))
+
+    @cached_property
+    def ptr_of(self) -> dict[int, str]:
+        """The pointer of every object in the document (values of enum/const/default/examples aside), by
+        identity: where a reference that is not a plain pointer into the root lands. Made when first needed."""
+        out: dict[int, str] = {}
+
+        def walk(node: Any, ptr: str) -> None:
+            if isinstance(node, Mapping):
+                out.setdefault(id(node), ptr)
+                for key, value in node.items():
+                    if key in _VALUE_KEYWORDS and not isinstance(value, Mapping):
+                        continue
+                    walk(value, f"{ptr}/{_escape_token(str(key))}")
+            elif isinstance(node, list):
+                for i, value in enumerate(node):
+                    walk(value, f"{ptr}/{i}")
+
+        walk(self.schema, "")
+        return out
+
+    # -- nodes -----------------------------------------------------------------------------------------------
+
+    def node(self, ptr: str) -> Any:
+        hit = self.nodes.get(ptr, self)
+        if hit is not self:
+            return hit
+        root_ptr, node = "", self.schema
+        if "/~s" in ptr:  # under a synthetic node (each is named origin/~sN)
+            for key in self.synthetic:
+                if ptr.startswith(key + "/") and len(key) > len(root_ptr):
+                    root_ptr, node = key, self.synthetic[key]
+        for token in ptr[len(root_ptr) :].split("/")[1:]:
+            token = token.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, Mapping):
+                node = node[token]
+            elif isinstance(node, list):
+                node = node[int(token)]
+            else:
+                raise KeyError(ptr)
+        self.nodes[ptr] = node
+        return node
+
+    def add_synthetic(self, origin: str, node: Mapping) -> str:
+        key = json.dumps(node, sort_keys=True)
+        for ptr, existing in self.synthetic.items():
+            if ptr.startswith(origin + "/~s") and json.dumps(existing, sort_keys=True) == key:
+                return ptr
+        ptr = f"{origin}/~s{len(self.synthetic)}"
+        self.synthetic[ptr] = node
+        self.nodes[ptr] = node
+        return ptr
+
+    def is_synthetic(self, ptr: str) -> bool:
+        return "/~s" in ptr
+
+    def base_at(self, ptr: str) -> str:
+        """The base URI in force at ``ptr`` (a pointer into the document): the ids met on the way, read in the
+        root's draft."""
+        hit = self.bases.get(ptr)
+        if hit is not None:
+            return hit
+        base, node = self.base, self.schema
+        for token in ptr.split("/")[1:]:
+            key = token.replace("~1", "/").replace("~0", "~")
+            node = node[int(key)] if isinstance(node, list) else node[key]
+            rid = self.spec.create_resource(node).id()
+            if rid:
+                base = urljoin(base, rid)
+        self.bases[ptr] = base
+        return base
+
+    def resolver_at(self, ptr: str):
+        if self.is_synthetic(ptr):
+            return self.root_resolver
+        hit = self.resolvers.get(ptr)
+        if hit is None:
+            hit = self.resolvers[ptr] = self.registry.resolver(self.base_at(ptr))
+        return hit
+
+    def resolve(self, ptr: str, ref: str, keyword: str = "$ref") -> str:
+        """The pointer of the schema ``ref`` (found at ``ptr``) refers to."""
+        where = f"{ptr}/{keyword}"
+        if not isinstance(ref, str):
+            raise JsonSchemaError("a reference must be a string", where, keyword)
+        if (ref == "#" or ref.startswith("#/")) and not self.names_resources:
+            # Most references: a JSON pointer into the root, the only resource. Read directly (referencing's
+            # lookup costs tens of microseconds); anything unusual is left to it.
+            target = unquote(ref[1:])
+            if _VALUE_KEYWORDS.isdisjoint(target.split("/")):
+                try:
+                    if isinstance(self.node(target), (Mapping, bool)):
+                        return target
+                except (KeyError, IndexError, ValueError, TypeError):
+                    pass
+        try:
+            resolved = self.resolver_at(ptr).lookup(ref)
+        except self.unresolvable as exc:
+            raise JsonSchemaError(
+                f"cannot resolve {ref!r} inside this document (remote references are not fetched): {exc}",
+                where,
+                keyword,
+            ) from None
+        contents = resolved.contents
+        if isinstance(contents, Mapping) and id(contents) in self.ptr_of:
+            return self.ptr_of[id(contents)]
+        if isinstance(contents, bool):
+            doc, _, fragment = ref.partition("#")
+            try:
+                holder = self.resolver_at(ptr).lookup(doc + "#").contents if doc else None
+            except self.unresolvable:
+                holder = None
+            base_ptr = self.ptr_of.get(id(holder), None) if holder is not None else self._resource_ptr(ptr)
+            fragment = unquote(fragment)
+            if base_ptr is not None and fragment.startswith("/"):
+                target = base_ptr + fragment
+                try:
+                    if self.node(target) is contents:
+                        return target
+                except (KeyError, IndexError, ValueError):
+                    pass
+        raise JsonSchemaError(f"{ref!r} does not refer to a schema of this document", where, keyword)
+
+    def _resource_ptr(self, ptr: str) -> str:
+        """The pointer of the innermost resource (the root, or a subschema with an id in the root's draft)
+        containing ``ptr``."""
+        best = ""
+        node = self.schema
+        walked = ""
+        for token in ptr.split("/")[1:]:
+            key = token.replace("~1", "/").replace("~0", "~")
+            node = node[int(key)] if isinstance(node, list) else node[key]
+            walked += "/" + token
+            if self.spec.create_resource(node).id():
+                best = walked
+        return best
+
+    # -- validation (the oracle used for enum/const candidates and property names) ----------------------------
+
+    def validator(self):
+        if self._validator is None:
+            # Our resolver (as jsonschema's own descend passes one), not one jsonschema would build on referencing's
+            # partial specification of the root's dialect: see _total_specification.
+            checker = self.cls.FORMAT_CHECKER
+            self._validator = self.cls(self.schema, format_checker=checker, _resolver=self.root_resolver)
+        return self._validator
+
+    def validation_schema(self, part: _Part) -> Any:
+        """A schema jsonschema can evaluate (relative to the root) that means the same as ``part``."""
+        if part.neg is not None:
+            return {"not": self.keyword_schema(part)}
+        return self._as_schema(part.ptr)
+
+    def _as_schema(self, ptr: str) -> Any:
+        if self.is_synthetic(ptr):
+            return self._inline(self.node(ptr))
+        if ptr == "":
+            return {"$ref": "#"} if not self.base else {"$ref": self.base}
+        return {"$ref": "#" + quote(ptr, safe="/~!$&'()*+,;=:@")}
+
+    def _inline(self, node: Any) -> Any:
+        if isinstance(node, Mapping):
+            if set(node) == {"$ptr"}:
+                return self._as_schema(node["$ptr"])
+            return {k: self._inline(v) if k not in ("enum", "const", "required") else v for k, v in node.items()}
+        if isinstance(node, list):
+            return [self._inline(v) for v in node]
+        return node
+
+    def keyword_schema(self, part: _Part) -> dict:
+        """The schema of the single keyword a negated part negates."""
+        node = self.node(part.ptr)
+        kw = part.neg[0]
+        if kw == "required":
+            return {"required": [part.neg[1]]}
+        schema = {kw: node[kw]}
+        if self.draft4 and kw in ("minimum", "maximum"):
+            flag = "exclusiveMinimum" if kw == "minimum" else "exclusiveMaximum"
+            if node.get(flag) is True:
+                schema[flag] = True
+        return schema
+
+    def is_valid(self, parts: Sequence[_Part], value: Any) -> bool:
+        validator = self.validator()
+        instance = None
+        for part in parts:
+            _check_time(part.ptr)  # jsonschema's own time is unbounded: a large enum against a large schema
+            standalone = self.standalone(part)
+            if standalone is None:
+                if not validator.evolve(schema=self.validation_schema(part)).is_valid(value):
+                    return False
+                continue
+            schema, text = standalone
+            instance = instance if instance is not None else json.dumps(value)
+            verdict = self._verdicts.get((text, instance))
+            if verdict is None:
+                verdict = self._verdicts[(text, instance)] = validator.evolve(schema=schema).is_valid(value)
+            if not verdict:
+                return False
+        return True
+
+    def standalone(self, part: _Part) -> tuple[Any, str] | None:
+        """What ``part`` means as a schema of its own, and its JSON text, when it holds no reference (nor a
+        ``$schema`` of its own): then validating against it directly is the same as through a ``$ref`` to its
+        pointer, without a lookup through the document, and equal texts (a bundled schema that inlines its
+        definitions repeats them at many pointers) give equal verdicts, so they are asked once."""
+        key = (part.ptr, part.neg)
+        if key in self._standalone:
+            return self._standalone[key]
+        if part.neg is not None:
+            schema = {"not": self.keyword_schema(part)}
+        elif self.is_synthetic(part.ptr):
+            schema = self._inline(self.node(part.ptr))
+        else:
+            schema = self.node(part.ptr)
+        found = None if _refers(schema) else (schema, json.dumps(schema, sort_keys=True))
+        self._standalone[key] = found
+        return found
+
+
+def _refers(schema: Any) -> bool:
+    """Whether ``schema`` holds a reference or a dialect of its own anywhere (property names and enum values
+    included: a conservative answer)."""
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            if any(k in node for k in ("$ref", "$dynamicRef", "$recursiveRef", "$schema")):
+                return True
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return False

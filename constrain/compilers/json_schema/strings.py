@@ -1,0 +1,284 @@
+"""Strings: the languages of string constraints (patterns, formats, excluded values, lengths) as automata, and
+their rules.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from functools import lru_cache
+from typing import NamedTuple
+
+import numpy as np
+
+from constrain.automata.dfa import DEAD, ByteDFA
+from constrain.automata.limits import check_deadline
+from constrain.cache import BoundedCache
+from constrain.compilers.json_schema.cdfa import _CDFA
+from constrain.compilers.json_schema.errors import _TooLarge
+from constrain.compilers.json_schema.formats import _FORMATS
+from constrain.compilers.json_schema.values import _CHAR, _STRING, _json_string
+from constrain.grammar.ir import Automaton
+from constrain.grammar.rules import terminal_dfa
+
+#: States of one byte automaton handed to the grammar (a string's pattern with its bounds, keys, number forms).
+MAX_BYTE_STATES = 8_000
+#: ``maxLength`` above this is written as blocks of fixed-length rules rather than one counted automaton. Long
+#: blocks keep the states where a token can cross into the next block (the last ~48 characters, the longest
+#: token) a small share of the string: those masks depend on the caller and are walked, not shared.
+LENGTH_BLOCK_THRESHOLD = 256
+LENGTH_BLOCK = 256
+
+
+def _quoted(body_regex: str) -> str:
+    return f'"(?:{body_regex})"'
+
+
+def _format_cdfa(name: str) -> _CDFA:
+    return _CDFA.from_regex(_FORMATS[name]).minimized()
+
+
+@lru_cache(maxsize=256)
+def _key_except_dfa(names: tuple[str, ...]) -> ByteDFA:
+    """JSON strings (quotes included) other than ``names``: the automaton of any JSON string less the names'
+    canonical encodings, built minimal in one kernel (:meth:`~constrain.automata.dfa.ByteDFA.without_words`).
+    Linear in the names' length; shared per process, since the same objects recur across schemas."""
+    words = []
+    for name in names:
+        try:
+            words.append(_json_string(name).encode())
+        except UnicodeEncodeError:  # a lone surrogate: no JSON text spells it, nothing to exclude
+            continue
+    return terminal_dfa(_STRING).without_words(words)
+
+
+#: Most states of a pattern/format automaton with a length bound handed to the grammar as one automaton: as many
+#: as the blocks of fixed-length rules (``blocks_of``) may use together, which one automaton beats on compile and
+#: mask time alike, its states far from the bound sharing their walks (measured on ``.+[@].+[.]___`` up to 200).
+MAX_COUNTED_BYTE_STATES = 4 * MAX_BYTE_STATES
+#: Most states of the byte-level product of a pattern with a character counter before it is minimised (its
+#: table is states x 256 int32, 32 MiB at this size).
+MAX_COUNTED_STATES = 1 << 15
+
+
+def _escape_tracker() -> tuple[np.ndarray, np.ndarray]:
+    """Where a canonical JSON string body is within its current character, read byte by byte: state 0 between
+    characters (or inside a UTF-8 sequence), 1 after a backslash, 2-5 after ``\\u`` and 0-3 hex digits. Returns
+    ``(next, starts)``, both (6, 256): the next state, and whether the byte read there begins a character (not a
+    UTF-8 continuation byte, nor inside an escape). A body's bytes fix it, so it runs beside any body automaton."""
+    nxt = np.zeros((6, 256), dtype=np.int32)
+    nxt[0, 0x5C] = 1
+    nxt[1, ord("u")] = 2
+    nxt[2:5] = np.arange(3, 6, dtype=np.int32)[:, None]
+    starts = np.zeros((6, 256), dtype=np.int32)
+    starts[0] = 1
+    starts[0, 0x80:0xC0] = 0
+    return nxt, starts
+
+
+_TRACKER = _escape_tracker()
+
+
+@lru_cache(maxsize=256)
+def _counted_chars(lo: int, hi: int | None, open_quote: bool, close_quote: bool) -> Automaton:
+    """Canonical JSON string bodies of ``lo`` to ``hi`` characters (``hi=None``: at least ``lo``), after an
+    opening quote and before a closing one when asked, as a minimal byte DFA.
+
+    Built directly rather than by determinising ``"`` (char){lo,hi} ``"``: a character's encoding is a prefix
+    code (its minimal automaton accepts in one state with no edge out), so the counted language is that
+    automaton copied once per count, each copy's accepting state being the next copy's start. The copies are
+    told apart by the characters left to read, so the chain is minimal as built; it is only numbered breadth
+    first, as :meth:`~constrain.automata.dfa.ByteDFA.reduced` numbers states. A 255-character bound (3,572 states)
+    takes a few milliseconds instead of a dozen. Shared per process (the same bounds recur), as an
+    :class:`~constrain.grammar.ir.Automaton` whose key is hashed once."""
+    char = terminal_dfa(_CHAR)
+    (accept,) = np.flatnonzero(char.accepting)
+    inner = np.delete(np.arange(char.num_states), accept)  # a copy's states: all but the accepting one
+    local = np.full(char.num_states, DEAD, dtype=np.int32)
+    local[inner] = np.arange(len(inner), dtype=np.int32)
+    width = len(inner)
+    body = char.trans[inner]
+    # One copy, its targets relative to its own first row; the accepting state becomes the next copy's start.
+    template = np.where(body < 0, DEAD, np.where(body == accept, width, local[np.maximum(body, 0)]))
+    # Unbounded: after `lo` characters, one more state, accepting, that reads like the last copy's start (the
+    # last copy's inner states then serve both); with `lo` = 0, one copy that leads back to its own start.
+    copies = hi if hi is not None else max(lo, 1)
+    first = 1 if open_quote else 0
+    end = first + copies * width  # the state after `copies` characters (unless a copy loops)
+    rows = end + (0 if hi is None and lo == 0 else 1) + (1 if close_quote else 0)
+    trans = np.full((rows, 256), DEAD, dtype=np.int32)
+    offsets = first + width * np.arange(copies, dtype=np.int32)
+    trans[first:end] = np.where(template >= 0, template[None] + offsets[:, None, None], DEAD).reshape(-1, 256)
+    if hi is None and lo == 0:
+        trans[first:end][template == width] = first
+        starts = np.array([first])
+    elif hi is None:
+        trans[end] = trans[offsets[-1]]  # the last copy's characters already end at `end`
+        starts = np.array([end])
+    else:
+        starts = first + width * np.arange(lo, hi + 1)  # after a whole count of characters
+    accepting = np.zeros(rows, dtype=bool)
+    if close_quote:
+        trans[starts, ord('"')] = rows - 1  # a character never starts with a bare quote
+        accepting[rows - 1] = True
+    else:
+        accepting[starts] = True
+    if open_quote:
+        trans[0, ord('"')] = first
+    return Automaton(ByteDFA(trans, accepting).numbered_breadth_first())
+
+
+def _counted_dfa(d: _CDFA, lo: int, hi: int | None, quoted: bool = False) -> ByteDFA:
+    """The canonical JSON string bodies (between double quotes when ``quoted``) that decode to a string of ``d``
+    with ``lo`` to ``hi`` code points (``hi=None``: at least ``lo``), as a minimal byte DFA.
+
+    Built once at the byte level rather than as a product over code points written back as blocks: the body
+    automaton of ``d`` runs beside :data:`_TRACKER`, which says which bytes begin a character, and a counter
+    0..K (saturating at K when unbounded) is laid over the pairs as one numpy table; the numba minimiser then
+    folds it. Raises _TooLarge past :data:`MAX_COUNTED_STATES` states before minimising."""
+    body = d.encode_json().to_byte_dfa()
+    track_next, track_starts = _TRACKER
+    # the reachable (body state, tracker state) pairs, numbered from the start; a pair is coded e * 6 + t
+    index = {0: 0}
+    order = [(0, 0)]
+    rows: list[np.ndarray] = []
+    for e, t in order:
+        row_e = body.trans[e]
+        codes, where = np.unique(np.where(row_e >= 0, row_e * 6 + track_next[t], DEAD), return_inverse=True)
+        ids = np.empty(len(codes), dtype=np.int32)
+        for j, code in enumerate(codes.tolist()):
+            if code >= 0 and code not in index:
+                index[code] = len(order)
+                order.append(divmod(code, 6))
+            ids[j] = index[code] if code >= 0 else DEAD
+        rows.append(ids[where])
+    n = len(order)
+    k = hi if hi is not None else lo
+    if (k + 1) * n + 2 > MAX_COUNTED_STATES:
+        raise _TooLarge("counted product")
+    check_deadline()
+    pairs = np.array(order, dtype=np.int32)
+    trans = np.stack(rows)
+    starts = track_starts[pairs[:, 1]]  # (n, 256)
+    counts = np.arange(k + 1, dtype=np.int32)[:, None, None] + starts[None]
+    if hi is None:
+        np.minimum(counts, k, out=counts)
+    first = 1 if quoted else 0  # a quoted automaton starts on a state of its own that reads the opening quote
+    ok = (trans[None] >= 0) & (counts <= k)
+    table = np.where(ok, first + counts * n + trans[None], DEAD).astype(np.int32).reshape(-1, 256)
+    final = (body.accepting[pairs[:, 0]][None] & (np.arange(k + 1) >= lo)[:, None]).reshape(-1)
+    if quoted:
+        total = table.shape[0] + 2
+        closed = np.full((total, 256), DEAD, dtype=np.int32)
+        closed[1:-1] = table
+        closed[0, 0x22] = 1
+        assert not (table[final, 0x22] >= 0).any()  # a body reads '"' only inside an escape, never where it ends
+        closed[1:-1][final, 0x22] = total - 1
+        accepting = np.zeros(total, dtype=np.bool_)
+        accepting[-1] = True
+        table, final = closed, accepting
+    return ByteDFA(table, final).reduced()
+
+
+class _StringKey(NamedTuple):
+    """A string's constraints on its decoded text: the patterns it matches and does not, the formats it has and
+    has not (by name), the values it may not take."""
+
+    patterns: tuple[str, ...]
+    formats: tuple[str, ...]
+    excluded: tuple[str, ...]
+    neg_patterns: tuple[str, ...]
+    neg_formats: tuple[str, ...]
+
+
+class _StringOutcome(Enum):
+    """Why :func:`_string_automaton` gave no automaton; the compiler reports it at its own pointers."""
+
+    EMPTY = "no string satisfies the patterns and formats"
+    EMPTY_AT_LENGTHS = "no string of the allowed lengths does"
+    TOO_LARGE = "the constraints need too large an automaton"
+    NEEDS_BLOCKS = "with the length bound, one automaton would be too large"
+
+
+@lru_cache(maxsize=1024)
+def _searched(pattern: str) -> _CDFA:
+    """Strings in which ``pattern`` matches somewhere, minimal; raises RegexError or _TooLarge. Shared per
+    process: a few patterns (identifiers, hex ids, versions) recur across most schemas."""
+    return _CDFA.from_regex(f"(?s:.)*(?:{pattern})(?s:.)*").minimized()
+
+
+@lru_cache(maxsize=1024)
+def _string_language(key: _StringKey) -> _CDFA | None:
+    """The decoded strings ``key`` allows, minimal (None: too large). The patterns must be supported (their
+    :func:`_searched` succeeds)."""
+    d = _CDFA.universal()
+    try:
+        for pattern in key.patterns:
+            d = d.intersect(_searched(pattern)).minimized()
+        for name in key.formats:
+            d = d.intersect(_format_language(name)).minimized()
+        if key.excluded:
+            d = d.minus(_CDFA.literals(key.excluded)).minimized()
+        for pattern in key.neg_patterns:
+            d = d.minus(_searched(pattern)).minimized()
+        for name in key.neg_formats:
+            d = d.minus(_format_language(name)).minimized()
+    except _TooLarge:
+        return None
+    return d
+
+
+@lru_cache(maxsize=64)
+def _format_language(name: str) -> _CDFA:
+    return _CDFA.from_regex(_FORMATS[name])
+
+
+#: String automata by (constraints, lengths), shared by every schema compiled in this process.
+_STRING_AUTOMATA = BoundedCache(64 * 1024 * 1024)
+
+
+def _string_automaton(key: _StringKey, lo: int, hi: int | None) -> Automaton | _StringOutcome:
+    """The JSON strings (quotes included) whose decoded text ``key`` allows with ``lo`` to ``hi`` code points, as
+    one grammar automaton, or why there is none. Built once per process for each constraint set."""
+    cache_key = (key, lo, hi)
+    found = _STRING_AUTOMATA.get(cache_key)
+    if found is None:
+        found = _build_string_automaton(key, lo, hi)
+        nbytes = found.dfa.trans.nbytes if isinstance(found, Automaton) else 64
+        _STRING_AUTOMATA.put(cache_key, found, nbytes)
+    return found
+
+
+def _build_string_automaton(key: _StringKey, lo: int, hi: int | None) -> Automaton | _StringOutcome:
+    d = _string_language(key)
+    if d is None:
+        return _StringOutcome.TOO_LARGE
+    if d.is_empty():
+        return _StringOutcome.EMPTY
+    if lo > 0 or hi is not None:
+        shortest, longest = d.length_range()
+        if shortest >= lo and (hi is None or (longest is not None and longest <= hi)):
+            return _string_automaton(key, 0, None)  # the lengths are redundant
+        try:
+            counted = _counted_dfa(d, lo, hi, quoted=True)
+        except _TooLarge:
+            return _StringOutcome.NEEDS_BLOCKS
+        if counted.is_empty:
+            return _StringOutcome.EMPTY_AT_LENGTHS
+        if counted.num_states > MAX_COUNTED_BYTE_STATES:
+            return _StringOutcome.NEEDS_BLOCKS
+        return Automaton(counted)
+    try:
+        return _automaton_of(d.encode_json().minimized(), quoted=True)
+    except _TooLarge:
+        return _StringOutcome.TOO_LARGE
+
+
+def _automaton_of(d: _CDFA, quoted: bool = False, budget: int = MAX_BYTE_STATES) -> Automaton:
+    """The language of ``d`` as a grammar automaton (quoted: a JSON string); raises _TooLarge when empty or past
+    ``budget`` byte states."""
+    dfa = d.to_byte_dfa(quoted)
+    if dfa.is_empty:
+        raise _TooLarge("empty")
+    if dfa.num_states > budget:
+        raise _TooLarge("states")
+    return Automaton(dfa)
