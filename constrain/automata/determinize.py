@@ -351,13 +351,22 @@ def _subset_construction(
                 cuts[num_cuts] = b
                 num_cuts += 1
                 is_cut[b] = False
-        for c in range(num_cuts - 1):
-            a, b = cuts[c], cuts[c + 1]
+        # One target subset per class range, then one per called rule.
+        num_ranges = max(num_cuts - 1, 0)
+        num_groups = num_ranges + (work[4].shape[1] if num_calls else 0)
+        for g in range(num_groups):
             num_seeds = 0
-            for e in range(num_edges):
-                if lo[e] <= a and hi[e] >= a:
-                    seeds[num_seeds] = dst[e]
-                    num_seeds += 1
+            if g < num_ranges:
+                a = cuts[g]
+                for e in range(num_edges):
+                    if lo[e] <= a and hi[e] >= a:
+                        seeds[num_seeds] = dst[e]
+                        num_seeds += 1
+            else:
+                for e in range(num_calls):
+                    if call_rule[e] == g - num_ranges:
+                        seeds[num_seeds] = call_dst[e]
+                        num_seeds += 1
             if num_seeds == 0:
                 continue
             generation += 1
@@ -368,24 +377,9 @@ def _subset_construction(
             if target == -2:
                 return work, done, count, 1
             if target >= 0:
-                work[3][i, a:b] = target
-        # Calls: one target subset per called rule.
-        for rule in range(work[4].shape[1] if num_calls else 0):
-            num_seeds = 0
-            for e in range(num_calls):
-                if call_rule[e] == rule:
-                    seeds[num_seeds] = call_dst[e]
-                    num_seeds += 1
-            if num_seeds == 0:
-                continue
-            generation += 1
-            target, k, work, count = _successor(
-                seeds, num_seeds, eps_ptr, eps_rows, important, stamp, generation, stack, out, work, count, max_states
-            )
-            visited += num_seeds + k
-            if target == -2:
-                return work, done, count, 1
-            if target >= 0:
-                work[4][i, rule] = target
+                if g < num_ranges:
+                    work[3][i, cuts[g] : cuts[g + 1]] = target
+                else:
+                    work[4][i, g - num_ranges] = target
         done += 1
     return work, done, count, 0

@@ -221,18 +221,12 @@ _DRAFT7: dict[str, Rule] = {
     "contentMediaType": _string, "contentEncoding": _string,
 }  # fmt: skip
 
+# Draft-04: the common keywords less those it does not have, and its own forms of the others.
 _DRAFT4: dict[str, Rule] = {
-    "id": _string, "$schema": _string, "title": _string, "description": _string, "format": _string,
-    "pattern": _string, "enum": _enum_04, "type": _type,
-    "multipleOf": _positive_number, "maximum": _number, "exclusiveMaximum": _boolean, "minimum": _number,
-    "exclusiveMinimum": _boolean,
-    "maxLength": _non_negative_integer, "minLength": _non_negative_integer, "maxItems": _non_negative_integer,
-    "minItems": _non_negative_integer, "maxProperties": _non_negative_integer,
-    "minProperties": _non_negative_integer, "uniqueItems": _boolean, "required": _string_array_04,
-    "properties": _schema_map, "patternProperties": _schema_map, "definitions": _schema_map,
-    "dependencies": _dependencies_04, "items": _schema_or_schemas, "additionalItems": _schema_or_boolean,
-    "additionalProperties": _schema_or_boolean, "not": _schema, "allOf": _schemas, "anyOf": _schemas,
-    "oneOf": _schemas,
+    **{k: rule for k, rule in _COMMON.items() if k not in ("$ref", "examples", "contains", "propertyNames")},
+    "id": _string, "enum": _enum_04, "exclusiveMaximum": _boolean, "exclusiveMinimum": _boolean,
+    "required": _string_array_04, "dependencies": _dependencies_04, "items": _schema_or_schemas,
+    "additionalItems": _schema_or_boolean, "additionalProperties": _schema_or_boolean,
 }  # fmt: skip
 
 # 2020-12: the core, applicator, unevaluated, validation, meta-data, format-annotation and content vocabularies,

@@ -95,15 +95,10 @@ def _unpack_kernel(bitmask, out, n_full, tail):  # pragma: no cover - compiled
     for r in range(out.shape[0]):
         bm = bitmask[r]
         row = out[r]
-        for w in range(n_full):
+        for w in range(n_full + (1 if tail > 0 else 0)):
             word = bm[w]
             base = w * 32
-            for b in range(32):
-                row[base + b] = (word >> b) & 1
-        if tail > 0:
-            word = bm[n_full]
-            base = n_full * 32
-            for b in range(tail):
+            for b in range(32 if w < n_full else tail):
                 row[base + b] = (word >> b) & 1
 
 
@@ -113,18 +108,12 @@ def _pack_kernel(allowed, out, n_full, tail):  # pragma: no cover - compiled
     for r in range(allowed.shape[0]):
         src = allowed[r]
         dst = out[r]
-        for w in range(n_full):
+        for w in range(n_full + (1 if tail > 0 else 0)):
             base = w * 32
             acc = np.int64(0)
-            for b in range(32):
+            for b in range(32 if w < n_full else tail):
                 acc |= np.int64(src[base + b] != 0) << b
-            dst[w] = np.int32(acc - ((acc >> 31) << 32))  # to signed 32-bit
-        if tail > 0:
-            base = n_full * 32
-            acc = np.int64(0)
-            for b in range(tail):
-                acc |= np.int64(src[base + b] != 0) << b
-            dst[n_full] = np.int32(acc)  # tail < 32: bit 31 is clear
+            dst[w] = np.int32(acc - ((acc >> 31) << 32))  # to signed 32-bit (a tail word has bit 31 clear)
 
 
 @numba.njit(cache=True, nogil=True)
