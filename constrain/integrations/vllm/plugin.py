@@ -339,7 +339,8 @@ def _plugin_class() -> type:
     cls = type(
         "StructureLogitsProcessor",
         tuple(bases),
-        {"__module__": __name__, "__qualname__": "StructureLogitsProcessor", "__doc__": _PLUGIN_DOC},
+        # Named where the entry point names it, so pickling finds it there.
+        {"__module__": "constrain.integrations.vllm", "__qualname__": "StructureLogitsProcessor", "__doc__": _PLUGIN_DOC},
     )
     return cls
 
