@@ -26,7 +26,7 @@ from constrain.compilers.json_schema.document import _Document
 from constrain.compilers.metaschema import MAX_DEPTH, certainly_valid
 from constrain.vocab.vocabulary import Vocabulary
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 MASKBENCH = DATA / "maskbench-dev.jsonl.gz"
 SUITE = DATA / "json-schema-test-suite" / "tests"
 #: MaskBench schemas checked against the oracle (jsonschema takes about 6 ms a schema, 50 s for the whole set).
