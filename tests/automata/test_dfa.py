@@ -1,0 +1,149 @@
+"""Byte DFAs: the minimal shape of compiled regexes, minimisation (``reduced``) and removing words."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from constrain.automata.dfa import ByteDFA
+from constrain.automata.regex import regex_to_dfa
+
+# -- DFA shape -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "pattern,states",
+    [("(a|b)*abb", 4), ("abc", 4), ("a|b|c", 2), ("(ab|ab)", 3), ("[0-9]+", 2), ("(foo|bar)(foo|bar)", 11), ("a*", 1)],
+)
+def test_minimal_state_counts(pattern, states):
+    assert regex_to_dfa(pattern).num_states == states
+
+
+def test_every_state_can_still_match():
+    dfa = regex_to_dfa(r"(abc|abd)e|x[0-9]{2,3}")
+    for state in range(dfa.num_states):
+        seen, stack = {state}, [state]
+        found = False
+        while stack:
+            s = stack.pop()
+            found |= bool(dfa.accepting[s])
+            for t in set(dfa.trans[s].tolist()) - {-1}:
+                if t not in seen:
+                    seen.add(t)
+                    stack.append(t)
+        assert found, state
+
+
+def _brute_force_minimal(trans: np.ndarray, accepting: np.ndarray) -> int:
+    """States of the minimal trimmed DFA, by Moore's refinement over the reachable, co-reachable states."""
+    n, width = trans.shape
+    reach, stack = {0}, [0]
+    while stack:
+        for t in trans[stack.pop()].tolist():
+            if t >= 0 and t not in reach:
+                reach.add(t)
+                stack.append(t)
+    alive = {s for s in range(n) if accepting[s]}
+    changed = True
+    while changed:
+        changed = False
+        for s in range(n):
+            if s not in alive and any(t in alive for t in trans[s].tolist()):
+                alive.add(s)
+                changed = True
+    states = sorted(reach & alive)
+    if 0 not in alive:
+        return 1
+    block = {s: int(accepting[s]) for s in states}
+    while True:
+        signature = {s: (block[s], *(block.get(t, -1) for t in trans[s].tolist())) for s in states}
+        numbering = {sig: i for i, sig in enumerate(sorted(set(signature.values())))}
+        refined = {s: numbering[signature[s]] for s in states}
+        if len(set(refined.values())) == len(set(block.values())):
+            return len(set(refined.values()))
+        block = refined
+
+
+def _accepted(trans: np.ndarray, accepting: np.ndarray, width: int, length: int) -> set[tuple[int, ...]]:
+    out = set()
+    for word in itertools.chain.from_iterable(itertools.product(range(width), repeat=k) for k in range(length + 1)):
+        state = 0
+        for symbol in word:
+            state = int(trans[state, symbol])
+            if state < 0:
+                break
+        else:
+            if accepting[state]:
+                out.add(word)
+    return out
+
+
+@given(st.integers(1, 9), st.integers(1, 4), st.randoms(use_true_random=False))
+@settings(max_examples=150, deadline=None)
+def test_reduced_is_the_minimal_canonical_dfa(num_states, width, rng):
+    """``ByteDFA.reduced`` on random partial DFAs (unreachable and dead-end states included) against brute force:
+    the same language, the minimal number of states, and the same table whatever the states' numbering."""
+    trans = np.array([[rng.randrange(-1, num_states) for _ in range(width)] for _ in range(num_states)], np.int32)
+    accepting = np.array([rng.random() < 0.3 for _ in range(num_states)])
+    full = np.full((num_states, 256), -1, dtype=np.int32)
+    full[:, 97 : 97 + width] = trans  # bytes a, b, ...: the other byte columns all alike, as in a real rule
+    reduced = ByteDFA(full, accepting).reduced()
+    assert reduced.num_states == _brute_force_minimal(trans, accepting)
+    small = reduced.trans[:, 97 : 97 + width]
+    assert _accepted(small, reduced.accepting, width, 5) == _accepted(trans, accepting, width, 5)
+    permutation = [0] + rng.sample(range(1, num_states), num_states - 1)  # keep the start
+    inverse = np.argsort(permutation)
+    shuffled = np.where(full[permutation] >= 0, inverse[np.maximum(full[permutation], 0)], -1).astype(np.int32)
+    again = ByteDFA(shuffled, accepting[permutation]).reduced()
+    assert np.array_equal(again.trans, reduced.trans) and np.array_equal(again.accepting, reduced.accepting)
+
+
+def _minus_words_by_product(dfa: ByteDFA, words: list[bytes]) -> ByteDFA:
+    """The reference for ``without_words``: a trie of the words beside the DFA (leaving the trie continues in
+    the DFA), then minimised by ``reduced``."""
+    children: list[dict[int, int]] = [{}]
+    ends, state_of = [False], [0]
+    for word in words:
+        node = 0
+        for byte in word:
+            if byte not in children[node]:
+                children[node][byte] = len(children)
+                children.append({})
+                ends.append(False)
+                state_of.append(int(dfa.trans[state_of[node], byte]))
+            node = children[node][byte]
+        ends[node] = True
+    n = len(children)
+    outside = np.where(dfa.trans >= 0, dfa.trans + n, -1).astype(np.int32)
+    trans = np.concatenate([outside[state_of], outside])
+    for node, table in enumerate(children):
+        for byte, child in table.items():
+            trans[node, byte] = child
+    accepting = np.concatenate([dfa.accepting[state_of] & ~np.array(ends), dfa.accepting])
+    return ByteDFA(trans, accepting).reduced()
+
+
+@given(st.lists(st.text(st.sampled_from('ab"\\\n\x01é€😀\u2028'), max_size=6), max_size=10))
+@settings(max_examples=300, deadline=None)
+def test_removing_words_from_a_quoted_string_language_builds_the_minimal_dfa(names):
+    """``ByteDFA.without_words`` (the keys of an object other than its properties) merges equal subtries instead
+    of minimising: the table equals the one the product and a minimisation pass give, state for state."""
+    import json
+
+    from constrain.compilers.json_schema.values import _STRING
+
+    string = regex_to_dfa(_STRING).reduced()
+    words = sorted({json.dumps(name, ensure_ascii=False).encode() for name in names})
+    fast, reference = string.without_words(words), _minus_words_by_product(string, words)
+    assert np.array_equal(fast.trans, reference.trans) and np.array_equal(fast.accepting, reference.accepting)
+
+
+def test_removing_words_needs_a_prefix_free_language_holding_them():
+    with pytest.raises(ValueError, match="not in the language"):
+        regex_to_dfa('"[a-z]*"').reduced().without_words([b'"A"'])
+    with pytest.raises(ValueError, match="accepting states read nothing"):
+        regex_to_dfa("a+").reduced().without_words([b"a"])
