@@ -1,4 +1,5 @@
-"""Byte DFAs: the minimal shape of compiled regexes, minimisation (``reduced``) and removing words."""
+"""Byte DFAs: the minimal shape of compiled regexes, minimisation (``reduced``), removing words, and the hashes of
+bounded languages."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from constrain.automata.dfa import ByteDFA
+from constrain.automata.dfa import ByteDFA, bounded_language_hashes
 from constrain.automata.regex import regex_to_dfa
 
 # -- DFA shape -------------------------------------------------------------------------------------------------
@@ -147,3 +148,24 @@ def test_removing_words_needs_a_prefix_free_language_holding_them():
         regex_to_dfa('"[a-z]*"').reduced().without_words([b'"A"'])
     with pytest.raises(ValueError, match="accepting states read nothing"):
         regex_to_dfa("a+").reduced().without_words([b"a"])
+
+
+def test_bounded_language_hashes_identify_states_with_the_same_short_strings():
+    depth = 6
+    bounded = regex_to_dfa('"[a-z]{0,20}"')
+    unbounded = regex_to_dfa('"[a-z]*"')
+    narrower = regex_to_dfa('"[a-y]*"')
+    h_bounded = bounded_language_hashes(bounded.trans, bounded.accepting, depth)
+    h_unbounded = bounded_language_hashes(unbounded.trans, unbounded.accepting, depth)
+    h_narrower = bounded_language_hashes(narrower.trans, narrower.accepting, depth)
+    inside = int(unbounded.trans[0, ord('"')])
+    state = int(bounded.trans[0, ord('"')])
+    for letters in range(21):
+        # Strings of at most `depth` bytes cannot tell the bounded string from the unbounded one while at least
+        # `depth` more letters may come; closer to the bound they can.
+        assert (h_bounded[state] == h_unbounded[inside]) == (20 - letters >= depth), letters
+        state = int(bounded.trans[state, ord("a")])
+    assert h_narrower[int(narrower.trans[0, ord('"')])] != h_unbounded[inside]
+    # The same language built differently (other byte classes, other state numbering) hashes the same.
+    other = regex_to_dfa('"(?:[a-m]|[n-z])*"')
+    assert set(bounded_language_hashes(other.trans, other.accepting, depth)) == set(h_unbounded)

@@ -1,0 +1,245 @@
+"""Grammar IR -> rule automata: the checks of build_pushdown (undefined rules, left recursion, rules that never
+complete) against fixpoints over the IR, calls listed where subtrees are shared, shared members, hoisted
+terminals, and rule DFAs less some words."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from constrain.compilers.json_schema.strings import _key_except_dfa
+from constrain.compilers.json_schema.values import _STRING as STRING_PATTERN
+from constrain.errors import GrammarError, RegexError
+from constrain.grammar.ir import Alt, Grammar, Literal, Ref, Regex, Repeat, Seq
+from constrain.grammar.rules import build_pushdown, terminal_dfa
+from constrain.runtime.masks import walk_bytes
+
+
+def test_build_errors_name_the_rule():
+    with pytest.raises(GrammarError, match="undefined rule 'nope'"):
+        build_pushdown(Grammar({"s": Ref("nope")}, "s"))
+    with pytest.raises(GrammarError, match="left recursion"):
+        build_pushdown(Grammar({"s": Alt((Seq((Ref("s"), Literal("+"), Literal("1"))), Literal("1")))}, "s"))
+    with pytest.raises(GrammarError, match="never complete"):
+        build_pushdown(Grammar({"s": Seq((Literal("("), Ref("s"), Literal(")")))}, "s"))
+    with pytest.raises(GrammarError, match="start rule"):
+        build_pushdown(Grammar({"s": Literal("x")}, "t"))
+    with pytest.raises(RegexError, match="anchors"):
+        build_pushdown(Grammar({"s": Regex("^x$")}, "s"))
+
+
+def _ir_fixpoint(rules: dict, base) -> dict[str, bool]:
+    """The least fixpoint of ``base`` (Literal -> bool) over the IR: Ref -> the rule's value, Seq -> all,
+    Alt -> any, Repeat -> min == 0 or the item."""
+    value = dict.fromkeys(rules, False)
+
+    def of(expr) -> bool:
+        if isinstance(expr, Literal):
+            return base(expr)
+        if isinstance(expr, Ref):
+            return value[expr.rule]
+        if isinstance(expr, Seq):
+            return all(map(of, expr.items))
+        if isinstance(expr, Alt):
+            return any(map(of, expr.items))
+        return expr.min == 0 or of(expr.item)
+
+    changed = True
+    while changed:
+        changed = False
+        for name, body in rules.items():
+            if not value[name] and of(body):
+                value[name] = changed = True
+    return value
+
+
+def _first_calls(expr, nullable: dict[str, bool]) -> tuple[set[str], bool]:
+    """Rules ``expr`` can call before reading a byte, and whether ``expr`` can match the empty string."""
+    if isinstance(expr, Literal):
+        return set(), not expr.value
+    if isinstance(expr, Ref):
+        return {expr.rule}, nullable[expr.rule]
+    if isinstance(expr, Repeat):
+        calls, empty = _first_calls(expr.item, nullable)
+        return calls, empty or expr.min == 0
+    parts = [_first_calls(item, nullable) for item in expr.items]
+    if isinstance(expr, Alt):
+        return set().union(*(c for c, _ in parts)), any(e for _, e in parts)
+    calls: set[str] = set()
+    for c, e in parts:
+        calls |= c
+        if not e:
+            return calls, False
+    return calls, True
+
+
+@st.composite
+def small_grammars(draw):
+    names = [f"r{i}" for i in range(draw(st.integers(1, 4)))]
+    leaf = st.one_of(st.sampled_from([Literal("a"), Literal("b"), Literal("")]), st.sampled_from(names).map(Ref))
+    expr = st.recursive(
+        leaf,
+        lambda inner: st.one_of(
+            st.lists(inner, min_size=1, max_size=3).map(lambda xs: Seq(tuple(xs))),
+            st.lists(inner, min_size=1, max_size=3).map(lambda xs: Alt(tuple(xs))),
+            st.tuples(inner, st.integers(0, 2)).map(lambda t: Repeat(t[0], t[1], None)),
+        ),
+        max_leaves=6,
+    )
+    return Grammar({name: draw(expr) for name in names}, names[0])
+
+
+@given(small_grammars())
+@example(  # r0 calls only nullable rules yet reads "a": not nullable, so r2 is not left-recursive
+    Grammar({"r2": Alt((Seq((Ref("r0"), Ref("r2"))), Literal("b"))), "r0": Seq((Ref("r1"), Literal("a"))),
+             "r1": Alt((Literal(""), Literal("c")))}, "r2")  # fmt: skip
+)
+@example(  # r2 completes through "a", so r3 does, so r0 does, though r0 also calls itself
+    Grammar({"r0": Seq((Literal("a"), Alt((Ref("r0"), Ref("r3"))))), "r2": Alt((Literal("a"), Ref("r0"))),
+             "r3": Seq((Ref("r2"),))}, "r0")  # fmt: skip
+)
+@settings(max_examples=300, deadline=None)
+def test_productivity_and_left_recursion_checks_equal_a_fixpoint_over_the_ir(grammar):
+    """build_pushdown refuses a grammar with a rule that can never complete, else one where a rule can call
+    itself before reading a byte, else builds it: decided here on the IR, by plain fixpoints."""
+    rules = grammar.rules
+    productive = _ir_fixpoint(rules, lambda literal: True)
+    nullable = _ir_fixpoint(rules, lambda literal: not literal.value)
+    first = {name: _first_calls(body, nullable)[0] for name, body in rules.items()}
+    left_recursive = False
+    for name in rules:  # is `name` reachable from itself through first calls?
+        seen, stack = set(), list(first[name])
+        while stack:
+            r = stack.pop()
+            if r == name:
+                left_recursive = True
+            if r not in seen:
+                seen.add(r)
+                stack.extend(first[r])
+    if not all(productive.values()):
+        with pytest.raises(GrammarError, match="never complete"):
+            build_pushdown(grammar)
+    elif left_recursive:
+        with pytest.raises(GrammarError, match="left recursion"):
+            build_pushdown(grammar)
+    else:
+        build_pushdown(grammar)
+
+
+def _refs_in_order(expr, out):
+    """The rules ``expr`` calls in order of first appearance, by a plain walk of the tree."""
+    if isinstance(expr, Ref):
+        if expr.rule not in out:
+            out.append(expr.rule)
+    elif isinstance(expr, Repeat):
+        _refs_in_order(expr.item, out)
+    elif isinstance(expr, (Seq, Alt)):
+        for item in expr.items:
+            _refs_in_order(item, out)
+    return out
+
+
+@given(small_grammars(), small_grammars())
+@settings(max_examples=200, deadline=None)
+def test_a_bodys_calls_are_listed_in_order_of_first_appearance_where_subtrees_are_shared(a, b):
+    """collect_refs keeps each composite's calls on it: a subtree shared by several bodies (the rules every schema
+    shares) answers from what it kept, in the order a walk of each body meets its calls."""
+    from constrain.grammar.ir import collect_refs
+
+    bodies = list(a.rules.values()) + list(b.rules.values())
+    shared = [Seq((x, y)) for x in bodies for y in bodies] + [Alt((x, Repeat(x, 1, 2))) for x in bodies]
+    for body in bodies + shared + bodies:  # again: answered from what the first pass kept
+        assert list(collect_refs(body, {})) == _refs_in_order(body, [])
+        out = {"zz": 0}
+        assert collect_refs(body, out) == {"zz": 0, **{r: i + 1 for i, r in enumerate(_refs_in_order(body, []))}}
+
+
+def _member_lists(required: list[bool], mark_shared: bool):
+    """An object-like body as the JSON Schema compiler writes it: each option a flat sequence of one member and
+    the members after it, each later member after a comma, optional unless required."""
+    from constrain.grammar.ir import shared
+
+    members = [Seq((Literal(f'"k{j}":'), Ref("v"))) for j in range(len(required))]
+    if mark_shared:
+        members = [shared(m) for m in members]
+    following = [Seq((Literal(","), m)) for m in members]
+    following = [f if r else Repeat(f, 0, 1) for f, r in zip(following, required)]
+    last = required.index(True) if True in required else len(required) - 1
+    options = [Seq((members[j], *following[j + 1 :])) for j in range(last + 1)]
+    return Seq((Literal("{"), Alt(tuple(options)) if len(options) > 1 else options[0], Literal("}")))
+
+
+@given(st.lists(st.booleans(), min_size=1, max_size=7))
+@settings(max_examples=100, deadline=None)
+def test_a_shared_member_is_built_once_and_the_automaton_stays_the_same(required):
+    """A member marked shared, read first or after a comma, is built once per target: its key is read on one
+    path of the NFA (an unmarked member read both ways is built twice), and the rule's minimal DFA is the one the
+    unmarked body gives, state for state."""
+    from constrain.automata.nfa import ByteNFA
+    from constrain.grammar.rules import _build
+
+    def paths_reading_key(body, j):
+        nfa = ByteNFA()
+        start, accept = nfa.new_state(), nfa.new_state()
+        _build(nfa, body, start, accept, {"v": 0}, {})
+        edges = np.array(nfa._bytes).reshape(-1, 4)
+        return int(((edges[:, 1] == ord(str(j))) & (edges[:, 2] == ord(str(j)))).sum())  # keys "k0".."k6"
+
+    plain, marked = _member_lists(required, False), _member_lists(required, True)
+    dfas = [build_pushdown(Grammar({"obj": body, "v": Literal("1")}, "obj")).rules[0] for body in (plain, marked)]
+    assert np.array_equal(dfas[0].trans, dfas[1].trans) and np.array_equal(dfas[0].calls, dfas[1].calls)
+    assert np.array_equal(dfas[0].accepting, dfas[1].accepting)
+    last = required.index(True) if True in required else len(required) - 1
+    for j in range(len(required)):
+        assert paths_reading_key(marked, j) == 1
+        assert paths_reading_key(plain, j) == (2 if 1 <= j <= last else 1)
+
+
+def _hoisted_by_walk(expr, found):
+    """The reference for hoisting: terminals replaced by calls of rules named after them, by a plain walk."""
+    if isinstance(expr, Regex):
+        found[f"regex {expr.pattern!r}"] = expr
+        return Ref(f"regex {expr.pattern!r}")
+    if isinstance(expr, Repeat):
+        return Repeat(_hoisted_by_walk(expr.item, found), expr.min, expr.max)
+    if isinstance(expr, (Seq, Alt)):
+        return type(expr)(tuple(_hoisted_by_walk(item, found) for item in expr.items))
+    return expr
+
+
+@given(small_grammars(), st.lists(st.sampled_from(["[0-9]+", "[a-z]", "x|yz"]), min_size=1, max_size=3))
+@settings(max_examples=200, deadline=None)
+def test_hoisting_moves_each_terminal_of_a_calling_rule_into_a_rule_of_its_own(grammar, patterns):
+    """Hoisting (in the rules that call others) keeps its answer on each composite: bodies that share subtrees,
+    hoisted again in another grammar, get what a plain walk gives, and a body without terminals is handed back as
+    the same object."""
+    from constrain.grammar.rules import _hoist_terminals
+
+    terminals = [Regex(p) for p in patterns]
+    bodies = {name: Seq((body, terminals[i % len(terminals)])) for i, (name, body) in enumerate(grammar.rules.items())}
+    bodies["plain"] = Seq((Ref(grammar.start), Literal("!")))
+    for extra in ({}, {"again": Alt(tuple(bodies.values()))}):  # the second pass meets the first's subtrees
+        rules = {**bodies, **extra}
+        hoisted = _hoist_terminals(Grammar(rules, grammar.start)).rules
+        found: dict = {}
+        expected = {
+            name: _hoisted_by_walk(body, found) if _refs_in_order(body, []) else body  # a rule that calls nothing
+            for name, body in rules.items()  # is lexical already
+        }
+        assert {name: hoisted[name] for name in rules} == expected
+        assert {name: hoisted[name] for name in found} == found
+        assert hoisted["plain"] is bodies["plain"]
+
+
+def test_only_automata_less_some_words_pair_with_the_automaton_they_came_from():
+    plain = terminal_dfa(STRING_PATTERN)
+    assert plain.words_removed_from is None and plain.states_before_removal is None
+    names = _key_except_dfa(("ab", "b"))
+    assert names.words_removed_from is plain
+    pairs = names.states_before_removal
+    for text in [b'"', b'"a', b'"ab', b'"ax', b'"b', b'"\\', b'"\\u00']:
+        state = walk_bytes(names.trans, 0, np.frombuffer(text, dtype=np.uint8), 0, len(text))
+        base_state = walk_bytes(plain.trans, 0, np.frombuffer(text, dtype=np.uint8), 0, len(text))
+        assert pairs[state] == base_state, text
