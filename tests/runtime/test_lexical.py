@@ -13,13 +13,14 @@ from constrain.grammar.rules import terminal_dfa
 from constrain.runtime.lexical import LexicalMasks
 from constrain.runtime.masks import walk_bytes, walk_trie
 from constrain.runtime.pushdown import compile_grammar
-from tests.runtime.test_pushdown import JSONISH, synthetic_vocab
+from constrain.testing import random_vocabulary
+from tests.runtime.test_pushdown import JSONISH
 
 pytestmark = pytest.mark.usefixtures("fresh_lexical_store")
 
 
 def test_lexical_walks_are_shared_and_reloaded_from_disk(tmp_path):
-    vocab = synthetic_vocab('{}[],:"ab1-0truexé\\')
+    vocab = random_vocabulary('{}[],:"ab1-0truexé\\', count=4000, all_bytes=True)
     first = compile_grammar(JSONISH, vocab)
     configs = first.machine.read(first.machine.start, b'{"a')
     mask = first.masks.get(configs)

@@ -14,9 +14,10 @@ from constrain.compilers.json_schema import compile_json_schema
 from constrain.errors import DepthError
 from constrain.grammar.ir import Alt, Grammar, Literal, Ref, Regex, Repeat, Seq
 from constrain.grammar.rules import build_pushdown
+from constrain.kernels.bitmask import bitmask_to_bool
 from constrain.runtime import pushdown
 from constrain.runtime.pushdown import Machine, compile_grammar
-from constrain.vocab.vocabulary import Vocabulary
+from constrain.testing import brute_force_state_mask, random_vocabulary, tiny_vocabulary
 
 pytestmark = pytest.mark.usefixtures("fresh_lexical_store")
 
@@ -150,46 +151,33 @@ def test_a_token_that_opens_too_many_parses_raises_instead_of_losing_some():
     """Inside one token the walk carries every configuration; past MAX_CONFIGS it must raise, not drop parses
     (dropping would let the mask disagree with reading). Short tokens still get exact masks."""
     tokens = [b"a" * n for n in (1, 2, 3, 12)] + [b"b", b"c", b"e", b"ab", b"ec", b"bc"]
-    vocab = Vocabulary.from_token_bytes(tokens, eos_ids=[len(tokens)])
+    vocab = tiny_vocabulary(tokens)
     structure = compile_grammar(AMBIGUOUS, vocab)
     machine = structure.machine
     with pytest.raises(pushdown.AmbiguityError, match="inside one token"):
         structure.masks.get(machine.start)
-    short = Vocabulary.from_token_bytes(tokens[:3] + tokens[4:], eos_ids=[len(tokens) - 1])
+    short = tiny_vocabulary(tokens[:3] + tokens[4:])
     structure = compile_grammar(AMBIGUOUS, short)
     machine = structure.machine
     for prefix in [b"", b"a", b"aa", b"aaae", b"aab"]:
         configs = machine.read(machine.start, prefix)
-        mask = np.unpackbits(structure.masks.get(configs).view(np.uint8), bitorder="little")[: short.size]
-        want = brute_force(machine, short, configs, range(short.size))
-        want[short.eos_ids] = machine.can_end(configs)
-        assert np.array_equal(mask.astype(bool), want), prefix
-
-
-def synthetic_vocab(alphabet: str, seed: int = 0) -> Vocabulary:
-    rng = random.Random(seed)
-    pieces = {"".join(rng.choice(alphabet) for _ in range(rng.randint(1, 5))).encode() for _ in range(4000)}
-    tokens = sorted(pieces | {bytes([c]) for c in range(256)})
-    return Vocabulary.from_token_bytes(tokens, eos_ids=[len(tokens)])
-
-
-def brute_force(machine: Machine, vocab: Vocabulary, configs, ids) -> np.ndarray:
-    return np.array([bool(vocab.matchable[i]) and bool(machine.read(configs, vocab.token_bytes(int(i)))) for i in ids])
+        mask = bitmask_to_bool(structure.masks.get(configs), short.size)
+        want = brute_force_state_mask(structure, configs)  # end of sequence where the machine can end
+        assert np.array_equal(mask, want), prefix
 
 
 PREFIXES = ["", "{", '{"a', '{"a":', '{"a":[', '{"a":[1,', '{"a":[1,{"b":true}', "[[[[", '[1,"x"', '"é', "-", '{"a":1,"b"']
 
 
 def test_masks_equal_brute_force_on_a_synthetic_vocabulary():
-    vocab = synthetic_vocab('{}[],:"ab1-0truexé\\')
+    vocab = random_vocabulary('{}[],:"ab1-0truexé\\', count=4000, all_bytes=True)
     structure = compile_grammar(JSONISH, vocab)
     machine = structure.machine
     for prefix in PREFIXES:
         configs = machine.read(machine.start, prefix.encode())
-        mask = np.unpackbits(structure.masks.get(configs).view(np.uint8), bitorder="little")[: vocab.size]
-        want = brute_force(machine, vocab, configs, range(vocab.size))
-        want[vocab.eos_ids] = machine.can_end(configs)
-        assert np.array_equal(mask.astype(bool), want), prefix
+        mask = bitmask_to_bool(structure.masks.get(configs), vocab.size)
+        want = brute_force_state_mask(structure, configs)  # end of sequence where the machine can end
+        assert np.array_equal(mask, want), prefix
 
 
 @pytest.mark.parametrize("prefix", PREFIXES)
@@ -197,14 +185,14 @@ def test_masks_on_gemma_equal_brute_force_on_allowed_and_sampled_tokens(gemma_vo
     structure = compile_grammar(JSONISH, gemma_vocab)
     machine = structure.machine
     configs = machine.read(machine.start, prefix.encode())
-    mask = np.unpackbits(structure.masks.get(configs).view(np.uint8), bitorder="little")[: gemma_vocab.size]
-    mask = mask.astype(bool)
+    mask = bitmask_to_bool(structure.masks.get(configs), gemma_vocab.size)
     rng = np.random.default_rng(1)
     allowed = np.flatnonzero(mask & gemma_vocab.matchable)
     if len(allowed) > 3000:
         allowed = rng.choice(allowed, 3000, replace=False)
     ids = np.union1d(allowed, rng.choice(gemma_vocab.size, 3000, replace=False))
-    assert np.array_equal(mask[ids] & gemma_vocab.matchable[ids], brute_force(machine, gemma_vocab, configs, ids))
+    want = brute_force_state_mask(structure, configs, ids) & gemma_vocab.matchable
+    assert np.array_equal(mask[ids] & gemma_vocab.matchable[ids], want[ids])
 
 
 @pytest.mark.parametrize("chars", [250, 255, 256, 300, 511])
@@ -214,14 +202,14 @@ def test_masks_across_a_long_strings_block_boundary_equal_brute_force(gemma_voca
     structure = compile_json_schema({"type": "string", "minLength": 260, "maxLength": 600}, gemma_vocab)
     machine = structure.machine
     configs = machine.read(machine.start, b'"' + "é".encode() * 3 + b"x" * (chars - 3))
-    mask = np.unpackbits(structure.masks.get(configs).view(np.uint8), bitorder="little")[: gemma_vocab.size]
-    mask = mask.astype(bool)
+    mask = bitmask_to_bool(structure.masks.get(configs), gemma_vocab.size)
     rng = np.random.default_rng(chars)
     allowed = np.flatnonzero(mask & gemma_vocab.matchable)
     ids = np.union1d(rng.choice(allowed, min(3000, len(allowed)), replace=False), rng.choice(gemma_vocab.size, 3000))
     long_tokens = np.flatnonzero([len(gemma_vocab.token_bytes(int(i))) >= 12 for i in range(gemma_vocab.size)])
     ids = np.union1d(ids, rng.choice(long_tokens, 2000, replace=False))  # those that cross the boundary
-    assert np.array_equal(mask[ids] & gemma_vocab.matchable[ids], brute_force(machine, gemma_vocab, configs, ids))
+    want = brute_force_state_mask(structure, configs, ids) & gemma_vocab.matchable
+    assert np.array_equal(mask[ids] & gemma_vocab.matchable[ids], want[ids])
 
 
 def test_matcher_follows_real_tokenizations(gemma_vocab, gemma_tokenizer):
