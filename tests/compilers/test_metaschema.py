@@ -24,6 +24,7 @@ from jsonschema import validators
 from constrain.compilers.json_schema import JsonSchemaError, compile_json_schema, schema_to_grammar
 from constrain.compilers.json_schema.document import _Document
 from constrain.compilers.metaschema import MAX_DEPTH, certainly_valid
+from constrain.testing import tiny_vocabulary
 from constrain.vocab.vocabulary import Vocabulary
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
@@ -268,7 +269,7 @@ INVALID: list[tuple[Any, str, str]] = [
 
 @pytest.fixture(scope="module")
 def toy_vocab() -> Vocabulary:
-    return Vocabulary.from_token_bytes([b"{", b"}", b'"', b"a", b"1", b"[", b"]", b",", b":"], eos_ids=[9])
+    return tiny_vocabulary([b"{", b"}", b'"', b"a", b"1", b"[", b"]", b",", b":"])
 
 
 @pytest.mark.parametrize("schema,pointer,keyword", INVALID, ids=[json.dumps(c[0])[:70] for c in INVALID])
