@@ -7,7 +7,10 @@ import re
 
 import numpy as np
 import pytest
+import torch
+import transformers
 
+from constrain import Vocabulary, compile_regex
 from constrain.decoding.beam import BeamHypothesis, beam_search, model_next_logits
 from constrain.decoding.transforms import log_softmax
 from constrain.errors import BeamSearchError, DeadEndError, ShapeError
@@ -193,7 +196,6 @@ def test_bad_arguments_name_the_parameter():
 
 
 def test_torch_logits_are_accepted():
-    torch = pytest.importorskip("torch")
     model = TableModel(4, seed=1)
     a = beam_search(model, num_beams=3, max_new_tokens=3, eos_token_id=3)
     b = beam_search(lambda p: torch.from_numpy(model(p)), num_beams=3, max_new_tokens=3, eos_token_id=3)
@@ -207,8 +209,6 @@ def test_torch_logits_are_accepted():
 
 @pytest.fixture(scope="module")
 def tiny_lm():
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     config = transformers.GPT2Config(vocab_size=5, n_positions=16, n_embd=16, n_layer=1, n_head=2,
                                      bos_token_id=0, eos_token_id=4)
@@ -219,7 +219,6 @@ def tiny_lm():
 
 
 def test_tiny_transformers_model_full_beam_equals_exhaustive(tiny_lm):
-    torch = pytest.importorskip("torch")
     V, t = 5, 3
     fn = model_next_logits(tiny_lm)
 
@@ -246,14 +245,6 @@ def test_tiny_transformers_model_full_beam_equals_exhaustive(tiny_lm):
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _structure_api():
-    constrain = pytest.importorskip("constrain")
-    try:
-        return constrain.Vocabulary, constrain.compile_regex
-    except (AttributeError, ImportError) as exc:  # the structure compiler is another part of the project
-        pytest.skip(f"constrain.compile_regex / Vocabulary not importable yet: {exc}")
-
-
 TOKENS = [b"a", b"b", b"ab", b"ba", b"0", b"1", b"01", b"x", b"aa", b"-"]
 EOS = len(TOKENS)
 
@@ -261,7 +252,6 @@ EOS = len(TOKENS)
 @pytest.mark.parametrize("pattern", [r"(ab|ba)+0", r"a*b?[01]{2}", r"(a|b)(0|1)-(ab)?", r"x|aab|ba01"])
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_constrained_beam_never_leaves_the_structure(pattern, seed):
-    Vocabulary, compile_regex = _structure_api()
     vocab = Vocabulary.from_token_bytes(TOKENS, eos_ids=[EOS])
     structure = compile_regex(pattern, vocab)
     model = TableModel(EOS + 1, seed, scale=4.0)  # the model ignores the structure entirely
@@ -280,7 +270,6 @@ def test_constrained_beam_never_leaves_the_structure(pattern, seed):
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_constrained_full_beam_equals_exhaustive_masked_search(seed):
-    Vocabulary, compile_regex = _structure_api()
     vocab = Vocabulary.from_token_bytes(TOKENS, eos_ids=[EOS])
     pattern = r"(a|ab|b)(0|1)?"
     structure = compile_regex(pattern, vocab)
@@ -309,7 +298,6 @@ def test_constrained_full_beam_equals_exhaustive_masked_search(seed):
 
 
 def test_dead_end_beam_is_dropped():
-    Vocabulary, compile_regex = _structure_api()
     # "a" is a valid start of "ab" but no token reads a lone "b": after "a" the beam is at a dead end
     vocab = Vocabulary.from_token_bytes([b"a", b"ab", b"x"], eos_ids=[3])
     structure = compile_regex("ab", vocab)
@@ -324,7 +312,6 @@ def test_dead_end_beam_is_dropped():
 
 
 def test_each_beam_carries_its_own_matcher_and_the_start_state_is_respected():
-    Vocabulary, compile_regex = _structure_api()
     vocab = Vocabulary.from_token_bytes(TOKENS, eos_ids=[EOS])
     structure = compile_regex(r"(ab|ba)+0", vocab)
     start = structure.matcher()

@@ -11,8 +11,10 @@ import pickle
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy.stats import chisquare
 
 import constrain.decoding.sampling as S
 import constrain.decoding.truncation as truncation
@@ -21,9 +23,6 @@ from constrain.decoding.sampling import Sampler, next_token_probs, sample, sampl
 from constrain.decoding.transforms import apply_logit_bias, apply_penalties, apply_structure_mask, log_softmax, softmax
 from constrain.errors import ConstrainError, DeadEndError, LogitsError, SamplingParamsError, ShapeError, TokenError
 from constrain.kernels.bitmask import bool_to_bitmask
-
-torch = pytest.importorskip("torch")
-chisquare = pytest.importorskip("scipy.stats").chisquare
 
 N_DRAWS = 200_000
 P_MIN = 0.001
