@@ -98,20 +98,33 @@ repeated keys could meet is refused); ``\d``/``\w``/``\s`` are ASCII as in ECMAS
 (what jsonschema uses) also matches other Unicode digits/letters/spaces, so a negated class such as ``\D`` allows
 a few characters that jsonschema would reject; formats are asserted (also on enum values of the same schema),
 while jsonschema treats most of them as annotations.
+
+The package, by concern (imports point one way: from the core to the concerns, to the pieces they share):
+
+- :mod:`.compiler`: the core (:class:`~.compiler._Compiler`: conjunctions of parts become rules), and
+  :func:`schema_to_grammar` and :func:`compile_json_schema`. The concerns are its mixins:
+  :mod:`.combinators` (``anyOf``/``oneOf``/``not``/``if``, negation, the merging of ``allOf`` into a shape),
+  :mod:`.enums` (``enum``/``const``), :mod:`.numbers`, :mod:`.strings`, :mod:`.arrays` and :mod:`.objects`.
+- :mod:`.document`: the schema document (dialect, metaschema validation, ``$ref``/``$id``/anchors, validation of
+  values against its parts); :mod:`.keywords`: the keyword tables, parts and shapes; :mod:`.layout`: the
+  punctuation of each whitespace mode and the rules every schema shares; :mod:`.rules`: the clean-up of a
+  schema's rules.
+- :mod:`.formats` (format regexes), :mod:`.cdfa` (automata over code points), :mod:`.regex_ast` (regex ASTs and
+  their rendering), :mod:`.values` (JSON values and lexical pieces) and :mod:`.errors`.
 """
 
+from constrain.compilers.json_schema.arrays import MAX_UNIQUE_ENUM
 from constrain.compilers.json_schema.cdfa import MAX_AUTOMATON_STATES, MAX_REGEX_CHARS
 from constrain.compilers.json_schema.compiler import (
     DEFAULT_TIME_LIMIT,
-    MAX_PATTERN_PROPERTIES,
     MAX_RULES,
-    MAX_UNIQUE_ENUM,
     compile_json_schema,
     schema_to_grammar,
 )
 from constrain.compilers.json_schema.errors import JsonSchemaError
 from constrain.compilers.json_schema.layout import MAX_INDENT_DEPTH
 from constrain.compilers.json_schema.numbers import MAX_ENUMERATED_MULTIPLES, MAX_MODULUS
+from constrain.compilers.json_schema.objects import MAX_PATTERN_PROPERTIES
 from constrain.compilers.json_schema.strings import (
     LENGTH_BLOCK,
     LENGTH_BLOCK_THRESHOLD,

@@ -5,12 +5,17 @@ automaton; and their rules.
 from __future__ import annotations
 
 import re
-from decimal import Decimal
+from collections import defaultdict
+from decimal import Decimal, localcontext
 from functools import lru_cache
 
-from constrain.compilers.json_schema.cdfa import _CDFA, _merge_edges
+from constrain.compilers.json_schema.cdfa import _CDFA, MAX_AUTOMATON_STATES, _merge_edges
 from constrain.compilers.json_schema.errors import _TooLarge
 from constrain.compilers.json_schema.keywords import _Shape
+from constrain.compilers.json_schema.regex_ast import _class_text, _merge_ranges
+from constrain.compilers.json_schema.strings import _automaton_of
+from constrain.compilers.json_schema.values import _ceil, _floor, _int_above, _int_below, _num_text
+from constrain.grammar.ir import Alt, Expr, Ref, Regex, Seq
 
 #: Largest ``multipleOf`` modulus (the integer ``M`` of ``multipleOf = M / 10**k``) compiled as an automaton.
 MAX_MODULUS = 1_000
@@ -294,3 +299,115 @@ def _modulus_cdfa(m: Decimal) -> _CDFA:
         edges[s] = _merge_edges(out)
     n = len(ids)
     return _CDFA([edges[i] for i in range(n)], [accept[i] for i in range(n)])
+
+
+class _NumberRules:
+    """The rules of the numbers a shape allows: bounds, excluded values and ``multipleOf`` (negated too).
+
+    A mixin of :class:`~constrain.compilers.json_schema.compiler._Compiler`. It relies on the compiler's ``rules``
+    (the rules being built) and on its methods ``shared``, ``refuse`` and ``unsatisfiable``."""
+
+    def number_expr(self, sh: _Shape) -> Expr:
+        int_ok, frac_ok = "int" in sh.kinds, "frac" in sh.kinds
+        lo, ls, hi, hs = sh.lo, sh.lo_strict, sh.hi, sh.hi_strict
+        if lo is not None and hi is not None and (lo > hi or (lo == hi and (ls or hs))):
+            raise self.unsatisfiable(
+                f"{sh.lo_at[1]} {_num_text(lo)} and {sh.hi_at[1]} {_num_text(hi)} leave no number", *sh.lo_at
+            )
+        if lo is None and hi is None and not sh.multiples and not sh.neg_multiples and not sh.num_excluded:
+            if int_ok and frac_ok:
+                return self.shared("json_number")
+            return self.shared("json_integer" if int_ok else "json_fraction")
+        signed = _signed_number(sh)
+        if signed is not None:
+            return Regex(signed)
+        with localcontext() as ctx:
+            ctx.prec = 2000
+            # split the interval at the excluded values
+            cuts = sorted(v for v in sh.num_excluded if (lo is None or v >= lo) and (hi is None or v <= hi))
+            intervals = []
+            a, a_strict = lo, ls
+            for v in cuts:
+                intervals.append((a, a_strict, v, True))
+                a, a_strict = v, True
+            intervals.append((a, a_strict, hi, hs))
+            pieces = []
+            for a, a_strict, b, b_strict in intervals:
+                if int_ok and not frac_ok:
+                    ai = None if a is None else _int_above(a, a_strict)
+                    bi = None if b is None else _int_below(b, b_strict)
+                    rx = _int_range(ai, bi)
+                else:
+                    if a is not None and b is not None and (a > b or (a == b and (a_strict or b_strict))):
+                        continue
+                    rx = _decimal_range(a, a_strict, b, b_strict, nonint=not int_ok)
+                if rx is not None:
+                    pieces.append(rx)
+            if not pieces:
+                at = sh.lo_at if lo is not None else sh.hi_at
+                raise self.unsatisfiable("no number satisfies the bounds and exclusions", *at)
+            rx = pieces[0] if len(pieces) == 1 else "(?:" + "|".join(pieces) + ")"
+            if not sh.multiples and not sh.neg_multiples:
+                return Regex(rx)
+            return self.multiples_expr(sh, rx, int_ok, frac_ok)
+
+    def multiples_expr(self, sh: _Shape, range_rx: str, int_ok: bool, frac_ok: bool) -> Expr:
+        lo, ls, hi, hs = sh.lo, sh.lo_strict, sh.hi, sh.hi_strict
+        ms = [m for m, _ in sh.multiples]
+        not_ms = [m for m, _ in sh.neg_multiples]
+        first_m, at = (sh.multiples or sh.neg_multiples)[0]
+        if lo is not None and hi is not None and ms:
+            step = max(ms)
+            first = _ceil(lo / step)
+            last = _floor(hi / step)
+            if last - first + 1 <= MAX_ENUMERATED_MULTIPLES:
+                literals = []
+                for i in range(first, last + 1):
+                    v = step * i
+                    if (ls and v == lo) or (hs and v == hi) or v < lo or v > hi or v in sh.num_excluded:
+                        continue
+                    integral = v == v.to_integral_value()
+                    if (integral and not int_ok) or (not integral and not frac_ok):
+                        continue
+                    if any(v % m != 0 for m in ms) or any(v % m == 0 for m in not_ms):
+                        continue
+                    literals.append(str(int(v)) if integral else format(v.normalize(), "f"))
+                if not literals:
+                    raise self.unsatisfiable("no multiple of multipleOf lies within the bounds", at, "multipleOf")
+                return Regex("(?:" + "|".join(re.escape(t) for t in literals) + ")")
+        try:
+            d = _CDFA.from_regex(range_rx)
+            for m, _ in sh.multiples:
+                d = d.intersect(_modulus_cdfa(m)).minimized()
+            for m, _ in sh.neg_multiples:
+                d = d.minus(_modulus_cdfa(m)).minimized()
+            if d.is_empty():
+                raise self.unsatisfiable("no number satisfies multipleOf and the bounds", at, "multipleOf")
+            if d.n > MAX_AUTOMATON_STATES // 4:
+                raise _TooLarge("states")
+            try:
+                return _automaton_of(d)
+            except _TooLarge:
+                return self.digit_rules(d)
+        except _TooLarge:
+            self.refuse(at, "multipleOf", f"multipleOf {first_m} needs too large an automaton", "ignored")
+            return Regex(range_rx)
+
+    def digit_rules(self, d: _CDFA) -> Ref:
+        """The language of ``d`` (a number automaton) as right-linear rules: one rule per state, one call per
+        character read. Exact and deterministic at any size of automaton, but the stack grows with the number
+        of digits, so this is kept for what no regex of reasonable size can express (remainders)."""
+        prefix = f"digits{len(self.rules)}."
+        while any(name.startswith(prefix) for name in self.rules):
+            prefix += "x"
+        for state in range(d.n):
+            by_target: dict[int, list[tuple[int, int]]] = defaultdict(list)
+            for lo, hi, t in d.edges[state]:
+                by_target[t].append((lo, hi))
+            options: list[Expr] = [
+                Seq((Regex(_class_text(_merge_ranges(ranges))), Ref(f"{prefix}{t}"))) for t, ranges in by_target.items()
+            ]
+            if d.accept[state]:
+                options.append(Seq(()))
+            self.rules[f"{prefix}{state}"] = options[0] if len(options) == 1 else Alt(tuple(options))
+        return Ref(f"{prefix}0")

@@ -15,9 +15,11 @@ from constrain.automata.limits import check_deadline
 from constrain.cache import BoundedCache
 from constrain.compilers.json_schema.cdfa import _CDFA
 from constrain.compilers.json_schema.errors import _TooLarge
-from constrain.compilers.json_schema.formats import _FORMATS
+from constrain.compilers.json_schema.formats import _FORMATS, _FORMATS_ENCODED
+from constrain.compilers.json_schema.keywords import _Shape
 from constrain.compilers.json_schema.values import _CHAR, _STRING, _json_string
-from constrain.grammar.ir import Automaton
+from constrain.errors import RegexError
+from constrain.grammar.ir import Alt, Automaton, Expr, Literal, Ref, Regex, Repeat, Seq
 from constrain.grammar.rules import terminal_dfa
 
 #: States of one byte automaton handed to the grammar (a string's pattern with its bounds, keys, number forms).
@@ -282,3 +284,207 @@ def _automaton_of(d: _CDFA, quoted: bool = False, budget: int = MAX_BYTE_STATES)
     if dfa.num_states > budget:
         raise _TooLarge("states")
     return Automaton(dfa)
+
+
+class _StringRules:
+    """The rules of the strings a shape allows: lengths, patterns, formats and excluded values (negated patterns
+    and formats too), as automata shared per process or as blocks of fixed-length rules.
+
+    A mixin of :class:`~constrain.compilers.json_schema.compiler._Compiler`. It relies on the compiler's ``rules``
+    (the rules being built) and on its methods ``shared``, ``refuse`` and ``unsatisfiable``."""
+
+    def string_expr(self, sh: _Shape) -> Expr:
+        if sh.max_len is not None and sh.min_len > sh.max_len:
+            raise self.unsatisfiable(f"minLength {sh.min_len} is above maxLength {sh.max_len}", *sh.min_len_at)
+        decoded = sh.patterns or sh.formats or sh.str_excluded or sh.neg_patterns or sh.neg_formats
+        if not decoded:
+            if sh.min_len == 0 and sh.max_len is None:
+                return self.shared("json_string")
+            return self.length_expr(sh.min_len, sh.max_len)
+        if (
+            len(sh.formats) == 1 and not sh.patterns and not sh.str_excluded and not sh.neg_patterns
+            and not sh.neg_formats and sh.min_len == 0 and sh.max_len is None
+        ):  # fmt: skip
+            return Regex(_quoted(_FORMATS_ENCODED[sh.formats[0][0]]))
+        at = (sh.patterns or sh.formats or sh.neg_patterns or sh.neg_formats or [("", "")])[0][1]
+        keyword = "pattern" if sh.patterns or sh.neg_patterns else "format"
+        key = self.string_key(sh)
+        found = _string_automaton(key, sh.min_len, sh.max_len)
+        length_at = sh.max_len_at if sh.max_len is not None else sh.min_len_at
+        if found is _StringOutcome.EMPTY:
+            raise self.unsatisfiable("no string satisfies the pattern/format constraints together", *self.string_at(sh))
+        if found is _StringOutcome.EMPTY_AT_LENGTHS:
+            raise self.unsatisfiable("no string of the allowed lengths satisfies the pattern/format", *length_at)
+        if found is _StringOutcome.NEEDS_BLOCKS:
+            if sh.max_len is not None:
+                try:
+                    return self.length_blocks(_string_language(key), sh.min_len, sh.max_len)
+                except _TooLarge:
+                    pass
+            self.refuse(
+                *length_at,
+                "a length bound together with a pattern or format needs too large an automaton",
+                "the length bound ignored",
+            )  # fmt: skip
+            found = _string_automaton(key, 0, None)
+        if found is _StringOutcome.TOO_LARGE:
+            self.refuse(at, keyword, "the string constraints need too large an automaton", "any string allowed")
+            return self.shared("json_string")
+        assert isinstance(found, Automaton)
+        return found
+
+    def length_blocks(self, d: _CDFA, lo: int, hi: int) -> Expr:
+        """See :meth:`blocks_of`; tries shorter blocks while the block regexes are too large."""
+        for size in (32, 16, 8, 4):
+            if hi // size > 64:
+                break
+            saved = dict(self.rules)
+            try:
+                return self.blocks_of(d, lo, hi, size)
+            except _TooLarge:
+                self.rules = saved
+        raise _TooLarge("blocks")
+
+    def blocks_of(self, d: _CDFA, lo: int, hi: int, size: int) -> Expr:
+        """Strings of ``d`` with lo <= length <= hi when the product automaton would be too large: a string is cut
+        into blocks of ``size`` characters and a shorter remainder. One regex per (state, state) for
+        a block, one rule per (state, blocks so far): deterministic (a block's end state is fixed by the DFA) and
+        the stack grows by one call per block."""
+        d = d.minimized()
+        if d.n > 12:
+            raise _TooLarge("pattern states")
+        prefix = f"blocks{len(self.rules)}."
+        while any(name.startswith(prefix) for name in self.rules):
+            prefix += "x"
+        budget = [MAX_COUNTED_BYTE_STATES]
+
+        def counted_rule(name: str, lang: _CDFA, a: int, b: int) -> str | None:
+            """A rule for the strings of ``lang`` with ``a`` to ``b`` characters (None when there are none)."""
+            if name in self.rules:
+                return name
+            dfa = _counted_dfa(lang, a, b)
+            if dfa.is_empty:
+                return None
+            budget[0] -= dfa.num_states
+            if budget[0] < 0:
+                raise _TooLarge("blocks")
+            self.rules[name] = Automaton(dfa)
+            return name
+
+        def block(p: int, q: int) -> str | None:
+            return counted_rule(f"{prefix}b{p}.{q}", d.from_state(p, q), size, size)
+
+        def remainder(p: int, a: int, b: int) -> str | None:
+            return counted_rule(f"{prefix}r{p}.{a}.{b}", d.from_state(p), a, b)
+
+        made: dict[tuple[int, int], bool] = {}
+
+        def rule(p: int, j: int) -> bool:
+            """Define M(p, j): the rest of a string from state p after j blocks; False when empty."""
+            key = (p, j)
+            if key in made:
+                return made[key]
+            made[key] = False
+            options: list[Expr] = []
+            if (j + 1) * size <= hi:
+                for q in range(d.n):
+                    b = block(p, q)
+                    if b is not None and rule(q, j + 1):
+                        options.append(Seq((Ref(b), Ref(f"{prefix}m{q}.{j + 1}"))))
+            a, c = max(0, lo - j * size), min(size - 1, hi - j * size)
+            if a <= c:
+                r = remainder(p, a, c)
+                if r is not None:
+                    options.append(Ref(r))
+            if options:
+                self.rules[f"{prefix}m{p}.{j}"] = options[0] if len(options) == 1 else Alt(tuple(options))
+                made[key] = True
+            return made[key]
+
+        if not rule(0, 0):
+            raise _TooLarge("empty")
+        return Seq((Literal('"'), Ref(f"{prefix}m0.0"), Literal('"')))
+
+    def search(self, pattern: str, ptr: str) -> _CDFA | None:
+        """Strings in which ``pattern`` matches somewhere (ECMAScript ``pattern`` semantics); None, with the
+        pattern refused, when it is not supported."""
+        try:
+            return _searched(pattern)
+        except (RegexError, _TooLarge) as exc:
+            kw = ptr.rsplit("/", 2)[-2] if "/patternProperties/" in ptr else "pattern"
+            self.refuse(ptr, kw, f"unsupported regex {pattern!r}: {exc}", "ignored")
+            return None
+
+    def string_key(self, sh: _Shape) -> _StringKey:
+        """What ``sh`` says of a string's decoded text, the patterns that cannot be honoured left out (and
+        refused): the key of the languages shared per process."""
+        return _StringKey(
+            tuple(p for p, ptr in sh.patterns if self.search(p, ptr) is not None),
+            tuple(name for name, _ in sh.formats),
+            tuple(sorted(sh.str_excluded)),
+            tuple(p for p, ptr in sh.neg_patterns if self.search(p, ptr) is not None),
+            tuple(name for name, _ in sh.neg_formats),
+        )
+
+    def string_cdfa(self, sh: _Shape) -> _CDFA | None:
+        """The decoded strings ``sh`` allows, or None when the string constraints are only lengths."""
+        if not (sh.patterns or sh.formats or sh.str_excluded or sh.neg_patterns or sh.neg_formats):
+            return None
+        d = _string_language(self.string_key(sh))
+        if d is None:
+            raise _TooLarge("string constraints")
+        if d.is_empty():
+            raise self.unsatisfiable("no string satisfies the pattern/format constraints together", *self.string_at(sh))
+        return d
+
+    def string_at(self, sh: _Shape) -> tuple[str, str]:
+        """The pointer and keyword an unsatisfiable string constraint is reported at."""
+        for pattern, ptr in sh.patterns:
+            if self.search(pattern, ptr) is not None:
+                return ptr, "pattern"
+        if sh.formats:
+            return sh.formats[0][1], "format"
+        return (sh.neg_patterns or sh.neg_formats or [("", "")])[0][1], "pattern"
+
+    def encoded(self, d: _CDFA, ptr: str, keyword: str) -> Expr | None:
+        """The JSON strings (quotes included) whose canonical bodies decode to the language ``d`` (None when
+        refused)."""
+        try:
+            return _automaton_of(d.encode_json().minimized(), quoted=True)
+        except _TooLarge:
+            self.refuse(ptr, keyword, "the string constraints need too large an automaton", "any string allowed")
+            return None
+
+    def length_expr(self, lo: int, hi: int | None) -> Expr:
+        quote_ = Literal('"')
+        top = hi if hi is not None else lo
+        if top <= LENGTH_BLOCK_THRESHOLD:
+            name = f"json_string_{lo}_{'' if hi is None else hi}"
+            if name not in self.rules:
+                self.rules[name] = _counted_chars(lo, hi, True, True)
+            return Ref(name)
+        # Blocks of characters and the tail with the closing quote are rules of their own that call nothing: the
+        # wide states of a long string are then lexical, and their walks are shared (see LexicalMasks).
+        b = LENGTH_BLOCK
+        block = self.shared(f"json_chars_{b}")
+        if hi is None:
+            q, r = divmod(lo, b)
+            return Seq((quote_, Repeat(block, q, q), self.string_tail(r, None)))
+        groups: list[list[int]] = []  # [k_first, k_last, r_lo, r_hi]
+        for k in range(hi // b + 1):
+            r_lo, r_hi = max(0, lo - k * b), min(b - 1, hi - k * b)
+            if r_lo > r_hi:
+                continue
+            if groups and groups[-1][1] == k - 1 and groups[-1][2:] == [r_lo, r_hi]:
+                groups[-1][1] = k
+            else:
+                groups.append([k, k, r_lo, r_hi])
+        options = tuple(Seq((Repeat(block, k1, k2), self.string_tail(r1, r2))) for k1, k2, r1, r2 in groups)
+        return Seq((quote_, options[0] if len(options) == 1 else Alt(options)))
+
+    def string_tail(self, lo: int, hi: int | None) -> Ref:
+        """A shared rule: between ``lo`` and ``hi`` characters, then the closing quote."""
+        name = f"json_tail_{lo}_{'' if hi is None else hi}"
+        if name not in self.rules:
+            self.rules[name] = _counted_chars(lo, hi, False, True)
+        return Ref(name)

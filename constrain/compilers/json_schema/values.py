@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from decimal import Decimal
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from typing import Any
 
 # The lexical pieces of JSON text (regex text in the subset of constrain.automata.regex)
@@ -120,14 +120,10 @@ def _num_text(v: Decimal) -> str:
 
 
 def _floor(v: Decimal) -> int:
-    from decimal import ROUND_FLOOR
-
     return int(v.to_integral_value(rounding=ROUND_FLOOR))
 
 
 def _ceil(v: Decimal) -> int:
-    from decimal import ROUND_CEILING
-
     return int(v.to_integral_value(rounding=ROUND_CEILING))
 
 

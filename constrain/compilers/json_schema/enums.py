@@ -1,0 +1,122 @@
+"""``enum`` and ``const``: the values a conjunction allows, validated against all of it, as literals."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from constrain.compilers.json_schema.document import _clean_pointer
+from constrain.compilers.json_schema.errors import _TIME_LIMIT, JsonSchemaError
+from constrain.compilers.json_schema.formats import _FORMATS
+from constrain.compilers.json_schema.keywords import _VALIDATION, _Part
+from constrain.compilers.json_schema.layout import _child_depth
+from constrain.compilers.json_schema.strings import _format_cdfa
+from constrain.compilers.json_schema.values import _ALL_KINDS, _dumps, _json_key, _kind_of, _kinds_of_type
+from constrain.grammar.ir import Alt, Expr, Literal, Seq
+
+
+class _EnumRules:
+    """``enum`` and ``const``: the values of a conjunction's smallest enum that the whole conjunction accepts, as
+    literals laid out like every other value.
+
+    A mixin of :class:`~constrain.compilers.json_schema.compiler._Compiler`. It relies on the compiler's ``doc``,
+    ``node`` and ``whitespace``, and on its methods ``layout``, ``live_keys`` and ``unsatisfiable``."""
+
+    def finite_values(self, parts: tuple[_Part, ...], depth: int | None) -> Expr | None:
+        chosen = self.finite_candidates(parts)
+        if chosen is None:
+            return None
+        literals = [self.value_literal(value, depth) for value in chosen]
+        return literals[0] if len(literals) == 1 else Alt(tuple(literals))
+
+    def finite_candidates(self, parts: tuple[_Part, ...]) -> list[Any] | None:
+        """The distinct values an enum/const of the conjunction allows (validated against all of it), or None
+        when no part has an enum/const."""
+        source = None
+        for part in parts:
+            if part.neg is not None:
+                continue
+            node = self.node(part.ptr)
+            for kw in ("const", "enum"):
+                if kw in node and kw not in part.skip:
+                    values = [node[kw]] if kw == "const" else list(node[kw])
+                    if source is None or len(values) < len(source[0]):
+                        source = (values, part, kw)
+        if source is None:
+            return None
+        values, owner, kw = source
+        at = f"{owner.ptr}/{kw}"
+        if not values:
+            raise self.unsatisfiable("the enum is empty", at, kw)
+        extra = [k for k in self.live_keys(owner) if k not in ("enum", "const") and k in _VALIDATION]
+        simple = len(parts) == 1 and set(extra) <= {"type"}
+        kinds = _kinds_of_type(self.node(owner.ptr)["type"]) if "type" in extra else _ALL_KINDS
+        formats = [
+            self.node(p.ptr)["format"]
+            for p in parts
+            if p.neg is None and "format" in self.live_keys(p) and self.node(p.ptr)["format"] in _FORMATS
+        ]
+        chosen: dict[str, Any] = {}
+        for value in values:
+            key = _json_key(value)
+            if key in chosen:
+                continue
+            if simple:
+                if _kind_of(value) not in kinds:
+                    continue
+            else:
+                try:
+                    ok = self.doc.is_valid(parts, value)
+                except _TIME_LIMIT:
+                    raise
+                except Exception as exc:  # an unresolvable reference met by jsonschema, a bad regex...
+                    raise JsonSchemaError(
+                        f"cannot evaluate the enum values against the schema: {exc}", _clean_pointer(at), kw
+                    ) from None
+                if not ok:
+                    continue
+                if isinstance(value, str) and any(not _format_cdfa(f).accepts(value) for f in formats):
+                    continue  # formats are asserted here, also where jsonschema has no checker for them
+            chosen[key] = value
+        if not chosen:
+            raise self.unsatisfiable(f"no value of {kw!r} satisfies the rest of the schema", at, kw)
+        for value in chosen.values():
+            try:
+                _dumps(value).encode("utf-8")
+            except (ValueError, UnicodeEncodeError) as exc:
+                raise JsonSchemaError(
+                    f"the value {value!r} cannot be written as UTF-8 JSON: {exc}", _clean_pointer(at), kw
+                ) from None
+        return list(chosen.values())
+
+    def value_literal(self, value: Any, depth: int | None) -> Expr:
+        """Exactly ``value`` (keys in the given order), laid out like every other value."""
+        if (
+            not isinstance(value, (Mapping, list))
+            or not value
+            or self.whitespace == "compact"
+            or (self.whitespace == "indent" and depth is None)
+        ):
+            if isinstance(value, float) and value.is_integer():
+                # the schema's own spelling (2.0) besides the canonical one (2): JSON Schema compares by value
+                return Alt((Literal(_dumps(value)), Literal(json.dumps(value))))
+            return Literal(_dumps(value))
+        lay = self.layout(depth)
+        child = _child_depth(depth)
+        if isinstance(value, Mapping):
+            items = [
+                Seq((Literal(json.dumps(k, ensure_ascii=False)), lay.colon, self.value_literal(v, child)))
+                for k, v in value.items()
+            ]
+            open_, close = lay.obj_open, lay.obj_close
+        else:
+            items = [self.value_literal(v, child) for v in value]
+            open_, close = lay.arr_open, lay.arr_close
+        seq: list[Expr] = [open_]
+        for i, item in enumerate(items):
+            if i:
+                seq.append(lay.comma)
+            seq.append(item)
+        seq.append(close)
+        return Seq(tuple(seq))

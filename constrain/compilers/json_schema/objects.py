@@ -1,0 +1,427 @@
+"""Objects: the rules of the objects a shape allows."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from constrain.compilers.json_schema.cdfa import _CDFA
+from constrain.compilers.json_schema.document import _clean_pointer, _escape_token
+from constrain.compilers.json_schema.errors import _TIME_LIMIT, JsonSchemaError, _TooLarge, _Unsatisfiable, _verdict
+from constrain.compilers.json_schema.keywords import _BRANCHING, _Part, _Shape
+from constrain.compilers.json_schema.layout import _child_depth, _Layout
+from constrain.compilers.json_schema.rules import _then
+from constrain.compilers.json_schema.strings import _key_except_dfa, _StringRules
+from constrain.compilers.json_schema.values import _json_string
+from constrain.grammar.ir import Alt, Automaton, Expr, Literal, Ref, Repeat, Seq, shared
+
+#: Most ``patternProperties`` patterns that apply to one object (the key space splits into 2**n regions).
+MAX_PATTERN_PROPERTIES = 4
+
+
+class _ObjectInfo:
+    """What one object part says about keys: its properties, patterns, additionalProperties, and (for
+    ``unevaluatedProperties``) what its in-place subschemas in the same conjunction evaluate."""
+
+    def __init__(self, props: dict[str, str], patterns: list[tuple[str, str]], additional: str | None):
+        self.props = props
+        self.patterns = patterns
+        self.additional = additional
+        self.unevaluated: str | None = None
+        self.evaluated_names: set[str] = set()
+        self.evaluated_patterns: list[tuple[str, str]] = []
+        self.evaluates_all = False
+
+    def evaluates(self, compiler: _StringRules, key: str) -> bool:
+        if self.evaluates_all or key in self.props or key in self.evaluated_names:
+            return True
+        for pattern, ptr in self.patterns + self.evaluated_patterns:
+            c = compiler.search(pattern, ptr)
+            if c is not None and c.accepts(key):
+                return True
+        return False
+
+
+class _ObjectRules:
+    """The rules of the objects a shape allows: the declared properties in order, required and forbidden names,
+    ``patternProperties``, ``additionalProperties``, ``propertyNames``, ``unevaluatedProperties`` and property
+    counts.
+
+    A mixin of :class:`~constrain.compilers.json_schema.compiler._Compiler`. It relies on the compiler's ``doc``,
+    ``node``, ``rules``, ``names`` and ``ap_default``; on its methods ``conj``, ``normalise``, ``live_keys``,
+    ``known_here``, ``layout``, ``shared``, ``bracketed``, ``refuse`` and ``unsatisfiable``; on ``merge`` and
+    ``in_place`` (:class:`~constrain.compilers.json_schema.combinators._Combinators`); and on ``search``,
+    ``string_cdfa`` and ``encoded`` (:class:`~constrain.compilers.json_schema.strings._StringRules`)."""
+
+    def object_expr(self, sh: _Shape, depth: int | None, name: str) -> Expr:
+        if sh.max_props is not None and sh.min_props > sh.max_props:
+            raise self.unsatisfiable(
+                f"minProperties {sh.min_props} is above maxProperties {sh.max_props}", *sh.min_props_at
+            )
+        lay = self.layout(depth)
+        cd = _child_depth(depth)
+        infos = [self.object_info(part, sh) for part in sh.object_parts]
+        closed = (
+            (not self.ap_default)
+            and any(i.props for i in infos)
+            and not any(i.patterns or i.additional or i.unevaluated for i in infos)
+        )
+        names: list[str] = []
+        for info in infos:
+            names.extend(n for n in info.props if n not in names)
+        names.extend(n for n in sh.required if n not in names)
+        names.extend(n for n in sh.forbidden if n not in names)
+        items: list[tuple[str, Expr, bool]] = []
+        for key in names:
+            value = None
+            if key not in sh.forbidden:
+                vparts: list[str] = []
+                declared = False
+                for info in infos:
+                    matched = False
+                    if key in info.props:
+                        vparts.append(info.props[key])
+                        matched = True
+                    for pattern, pptr in info.patterns:
+                        c = self.search(pattern, pptr)
+                        if c is not None and c.accepts(key):
+                            vparts.append(pptr)
+                            matched = True
+                    declared = declared or matched
+                    if info.additional is not None and not matched:
+                        vparts.append(info.additional)
+                    if info.unevaluated is not None and not info.evaluates(self, key):
+                        vparts.append(info.unevaluated)
+                cause = None
+                if closed and not declared and key not in sh.required:
+                    cause = "additional properties are closed (additional_properties_default=False)"
+                elif not self.name_allowed(sh, key):
+                    cause = "the name fails propertyNames"
+                else:
+                    try:
+                        value = self.conj([_Part(v) for v in vparts], cd)
+                    except _Unsatisfiable as exc:
+                        value, cause = None, _verdict(exc)
+            else:
+                cause = "it is excluded"
+            required = key in sh.required
+            if value is None:
+                if required:
+                    if isinstance(cause, _Unsatisfiable):
+                        raise _Unsatisfiable(
+                            f"the required property {key!r} (required at {_clean_pointer(sh.required[key])!r}) "
+                            f"cannot be present: {cause.reason}",
+                            cause.pointer,
+                            cause.keyword,
+                        )
+                    raise self.unsatisfiable(
+                        f"the required property {key!r} cannot be present: {cause}", sh.required[key], "required"
+                    )
+                continue
+            # shared: read first or after a comma, a member is built once (see members_plain)
+            items.append((key, shared(_then(Literal(_json_string(key)), lay.colon, value)), required))
+        extra = None if closed else self.additional_member(sh, infos, names, lay, cd)
+        n_req = sum(1 for it in items if it[2])
+        max_possible = None if extra is not None else len(items)
+        if max_possible is not None and sh.min_props > max_possible:
+            raise self.unsatisfiable(
+                f"minProperties {sh.min_props} but at most {max_possible} properties can be valid", *sh.min_props_at
+            )
+        if sh.max_props is not None and sh.max_props < n_req:
+            raise self.unsatisfiable(
+                f"maxProperties {sh.max_props} is below the {n_req} required properties", *sh.max_props_at
+            )
+        counting = sh.min_props > n_req or (
+            sh.max_props is not None and (max_possible is None or sh.max_props < max_possible)
+        )
+        if extra is not None and sh.min_props - n_req >= 2:
+            # Additional keys may repeat (a grammar cannot remember them); a repeated key would count twice here
+            # and once in the parsed object.
+            self.refuse(
+                *sh.min_props_at, "minProperties could be met by repeating an additional property's key",
+                "kept; a repeated key counts twice",
+            )  # fmt: skip
+        if counting:
+            if extra is not None and not isinstance(extra, Ref):
+                self.rules[f"{name}/additional"] = extra  # one rule, however many counts it may appear at
+                extra = Ref(f"{name}/additional")
+            result = self.members_counted(items, extra, sh, lay, name)
+        else:
+            result = None
+        if result is None:
+            result = self.members_plain(items, extra, lay, name)
+        nonempty, empty_ok = result
+        at = (
+            sh.min_props_at
+            if sh.min_props_at[0]
+            else ((sh.object_parts[0].ptr if sh.object_parts else ""), "properties")
+        )
+        return self.bracketed(nonempty, empty_ok, lay.obj_open, lay.obj_close, lay.obj_empty, at)
+
+    def name_allowed(self, sh: _Shape, key: str) -> bool:
+        if not sh.prop_names:
+            return True
+        try:
+            return self.doc.is_valid(sh.prop_names, key)
+        except _TIME_LIMIT:
+            raise
+        except Exception as exc:
+            raise JsonSchemaError(
+                f"cannot evaluate propertyNames: {exc}", _clean_pointer(sh.prop_names[0].ptr), "propertyNames"
+            ) from None
+
+    def property_names_cdfa(self, sh: _Shape) -> _CDFA | None:
+        if not sh.prop_names:
+            return None
+        at = sh.prop_names[0].ptr
+        try:
+            parts = self.normalise(sh.prop_names)
+        except _Unsatisfiable:
+            return _CDFA.empty()
+        if not parts:
+            return None
+        for part in parts:
+            node = self.node(part.ptr) if part.neg is None else {}
+            for kw in ("const", "enum"):
+                if kw in node and kw not in part.skip:
+                    values = [node[kw]] if kw == "const" else node[kw]
+                    names = [v for v in values if isinstance(v, str) and self.doc.is_valid(parts, v)]
+                    return _CDFA.literals(names).minimized()
+            if part.neg is None and any(kw in node and kw not in part.skip for kw in _BRANCHING):
+                self.refuse(
+                    at, "propertyNames", "only string constraints and enums are supported in propertyNames", "ignored"
+                )
+                return None
+        sub = self.merge(parts)
+        if "string" not in sub.kinds:
+            return _CDFA.empty()
+        d = self.string_cdfa(sub)
+        if sub.min_len > 0 or sub.max_len is not None:
+            if sub.max_len is not None and sub.min_len > sub.max_len:
+                return _CDFA.empty()
+            length = _CDFA.length(sub.min_len, sub.max_len)
+            d = length if d is None else d.intersect(length).minimized()
+        return d
+
+    def additional_member(self, sh: _Shape, infos, names: list[str], lay: _Layout, cd: int | None) -> Expr | None:
+        patterns: dict[str, str] = {}  # pattern -> a pointer where it appears
+        for info in infos:
+            for p, pp in info.patterns + info.evaluated_patterns:
+                patterns.setdefault(p, pp)
+        if len(patterns) > MAX_PATTERN_PROPERTIES:
+            ptr = next(iter(patterns.values()))
+            self.refuse(
+                ptr.rsplit("/", 1)[0], "patternProperties",
+                f"more than {MAX_PATTERN_PROPERTIES} patternProperties apply to one object", "no additional properties",
+            )  # fmt: skip
+            return None
+        search_of = {p: self.search(p, pp) for p, pp in patterns.items()}
+        if any(c is None for c in search_of.values()):
+            return None  # lenient: an unsupported pattern; additional properties are not produced
+        order = list(patterns)
+        try:
+            allowed_names = self.property_names_cdfa(sh)
+        except _TooLarge:
+            self.refuse(sh.prop_names[0].ptr, "propertyNames", "propertyNames needs too large an automaton", "ignored")
+            allowed_names = None
+        members: list[Expr] = []
+        for mask in range(2 ** len(order)):
+            chosen = {p for i, p in enumerate(order) if mask >> i & 1}
+            vparts: list[str] = []
+            for info in infos:
+                hit = [pp for p, pp in info.patterns if p in chosen]
+                vparts.extend(hit)
+                if not hit and info.additional is not None:
+                    vparts.append(info.additional)
+                if (
+                    info.unevaluated is not None
+                    and not info.evaluates_all
+                    and not any(p in chosen for p, _ in info.patterns + info.evaluated_patterns)
+                ):
+                    vparts.append(info.unevaluated)
+            try:
+                value = self.conj([_Part(v) for v in vparts], cd)
+            except _Unsatisfiable:
+                continue
+            if not order and allowed_names is None and not names:
+                key: Expr = self.shared("json_string")
+            elif not order and allowed_names is None:
+                key = self.key_except(names)
+            else:
+                d = _CDFA.universal()
+                try:
+                    for p in order:
+                        d = (d.intersect(search_of[p]) if p in chosen else d.minus(search_of[p])).minimized()
+                    if names:
+                        d = d.minus(_CDFA.literals(names)).minimized()
+                    if allowed_names is not None:
+                        d = d.intersect(allowed_names).minimized()
+                except _TooLarge:
+                    self.refuse(
+                        _clean_pointer(vparts[0] if vparts else ""), "patternProperties",
+                        "the keys need too large an automaton", "not produced",
+                    )  # fmt: skip
+                    continue
+                if d.is_empty():
+                    continue
+                quoted = self.encoded(d, vparts[0] if vparts else "", "patternProperties" if order else "propertyNames")
+                if quoted is None:
+                    continue
+                key = quoted
+            members.append(Seq((key, lay.colon, value)))
+        if not members:
+            return None
+        return members[0] if len(members) == 1 else Alt(tuple(members))
+
+    def key_except(self, names: list[str]) -> Ref:
+        """A JSON string other than the given names (see :func:`_key_except_dfa`). A rule that calls no other rule,
+        so its automaton returns only after the closing quote and its string states share their masks with every
+        other string (see :class:`~constrain.runtime.lexical.LexicalMasks`)."""
+        rule = "json_key_except:" + json.dumps(sorted(names), ensure_ascii=False)
+        if rule not in self.rules:
+            self.rules[rule] = Automaton(_key_except_dfa(tuple(sorted(set(names)))))
+        return Ref(rule)
+
+    def closed_by_default(self, node: Mapping, live: set[str]) -> bool:
+        """Whether ``additional_properties_default=False`` closes this object schema: it names properties (all
+        its required ones among them) and says nothing about other keys."""
+        required = node.get("required", []) if "required" in live else []
+        return (
+            not self.ap_default
+            and "properties" in live
+            and bool(node.get("properties"))
+            and not live & {"additionalProperties", "patternProperties", "unevaluatedProperties"}
+            and all(isinstance(r, str) and r in node["properties"] for r in required)
+        )
+
+    def object_info(self, part: _Part, sh: _Shape) -> _ObjectInfo:
+        node = self.node(part.ptr)
+        live = set(self.live_keys(part))
+        props = node.get("properties", {}) if "properties" in live else {}
+        pats = node.get("patternProperties", {}) if "patternProperties" in live else {}
+        info = _ObjectInfo(
+            {n: f"{part.ptr}/properties/{_escape_token(n)}" for n in props},
+            [(p, f"{part.ptr}/patternProperties/{_escape_token(p)}") for p in pats],
+            f"{part.ptr}/additionalProperties" if "additionalProperties" in live else None,
+        )
+        if self.closed_by_default(node, live):  # as if this part said additionalProperties false itself
+            info.additional = (
+                self.doc.add_synthetic(part.ptr, {"additionalProperties": False}) + "/additionalProperties"
+            )
+        if "unevaluatedProperties" in live and self.known_here("unevaluatedProperties") and info.additional is None:
+            info.unevaluated = f"{part.ptr}/unevaluatedProperties"
+            info.evaluated_names = set(info.props)
+            scope = self.in_place(part.ptr)
+            for q in sh.parts:
+                if q.neg is not None or q.ptr not in scope or q.ptr == part.ptr:
+                    continue
+                qnode = self.node(q.ptr)
+                qlive = set(self.live_keys(q))
+                if "properties" in qlive:
+                    info.evaluated_names.update(qnode["properties"])
+                if "patternProperties" in qlive:
+                    info.evaluated_patterns.extend(
+                        (p, f"{q.ptr}/patternProperties/{_escape_token(p)}") for p in qnode["patternProperties"]
+                    )
+                if "additionalProperties" in qlive or "unevaluatedProperties" in qlive:
+                    info.evaluates_all = True
+            if info.evaluates_all:
+                info.unevaluated = None
+        return info
+
+    def members_plain(self, items, extra, lay: _Layout, name: str) -> tuple[Expr | None, bool]:
+        n = len(items)
+        tail_extra = Repeat(Seq((lay.comma, extra))) if extra is not None else None
+        # Each member after a comma, optional unless required: built once, shared by every option's tail.
+        following = [Seq((lay.comma, member)) for _, member, _ in items]
+        following = [item if required else Repeat(item, 0, 1) for item, (_, _, required) in zip(following, items)]
+        first_required = next((i for i, it in enumerate(items) if it[2]), None)
+        last = first_required if first_required is not None else n - 1
+        # One flat sequence per option: its rest joins the states built for the first option's (see
+        # grammar._build), and so its first member, which is shared, is entered where it is read after a comma.
+        options: list[Expr] = [
+            Seq((items[j][1], *self.members_after(following, tail_extra, name, j + 1).items)) for j in range(last + 1)
+        ]
+        if first_required is None and extra is not None:
+            options.append(Seq((extra, tail_extra)))
+        nonempty = None if not options else options[0] if len(options) == 1 else Alt(tuple(options))
+        return nonempty, first_required is None
+
+    def members_after(self, following: list[Expr], tail_extra: Expr | None, name: str, i: int) -> Expr:
+        """The members ``following[i:]`` in order, then the extra members: every 16 members the rest is a rule of
+        its own (``name/tail16``...), shared by the options before it, so an object's DFA stays linear in its
+        number of properties."""
+        n, block = len(following), 16
+        seq: list[Expr] = []
+        j = i
+        while j < n:
+            if j > i and j % block == 0 and n - j > block:
+                rule = f"{name}/tail{j}"
+                if rule not in self.rules:
+                    self.rules[rule] = Seq(())
+                    self.rules[rule] = self.members_after(following, tail_extra, name, j)
+                seq.append(Ref(rule))
+                break
+            seq.append(following[j])
+            j += 1
+        else:
+            if tail_extra is not None:
+                seq.append(tail_extra)
+        return Seq(tuple(seq))
+
+    def members_counted(self, items, extra, sh: _Shape, lay: _Layout, name: str) -> tuple[Expr | None, bool] | None:
+        n = len(items)
+        lo, hi = sh.min_props, sh.max_props
+        cap = hi if hi is not None else lo
+        if (n + 1) * (min(cap, n) + 2) * (n + 1) > 200_000:
+            at = sh.max_props_at if hi is not None else sh.min_props_at
+            self.refuse(at[0], at[1], "counting this many optional properties needs too many rules", "ignored")
+            return None
+        required_from = [None] * (n + 1)
+        nxt = None
+        for i in reversed(range(n)):
+            if items[i][2]:
+                nxt = i
+            required_from[i] = nxt
+
+        def options_at(i: int, c: int) -> list[Expr]:
+            options: list[Expr] = []
+            sep = (lay.comma,) if c > 0 else ()
+            r = required_from[i]
+            last = r if r is not None else n - 1
+            for j in range(i, last + 1):
+                c2 = c + 1
+                if hi is not None and c2 > hi:
+                    break
+                follow = rule(j + 1, c2 if hi is not None else min(c2, cap))
+                options.append(Seq(sep + (items[j][1], follow)))
+            if r is None:
+                k_lo = max(0, lo - c)
+                k_hi = None if hi is None else hi - c
+                if extra is None:
+                    k_hi = 0
+                if k_hi is None or k_lo <= k_hi:
+                    if c > 0:
+                        options.append(Repeat(Seq((lay.comma, extra)), k_lo, k_hi) if extra is not None else Seq(()))
+                    else:
+                        if k_lo == 0:
+                            options.append(Seq(()))
+                        if extra is not None and (k_hi is None or k_hi >= 1):
+                            more = Repeat(Seq((lay.comma, extra)), max(0, k_lo - 1), None if k_hi is None else k_hi - 1)
+                            options.append(Seq((extra, more)))
+            return options
+
+        def rule(i: int, c: int) -> Ref:
+            rname = f"{name}/m{i}.{c}"
+            if rname not in self.rules and rname not in self.names:
+                self.names.add(rname)
+                options = options_at(i, c)
+                if options:
+                    self.rules[rname] = options[0] if len(options) == 1 else Alt(tuple(options))
+            return Ref(rname)
+
+        top = options_at(0, 0)
+        empty_ok = Seq(()) in top
+        top = [o for o in top if o != Seq(())]
+        nonempty = None if not top else top[0] if len(top) == 1 else Alt(tuple(top))
+        return nonempty, empty_ok
