@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/maskbench.py --sample 60 --seed 0 --engines llguidance,xgrammar,outlines --timeout 30
     .venv/bin/python benchmarks/maskbench.py --limit 20 --json-out /tmp/maskbench.json
+    .venv/bin/python benchmarks/maskbench.py --sample 60 --engines constrain,llguidance --plot benchmarks/mask_time.png
     .venv/bin/python benchmarks/maskbench.py --names BFCL_java_0.json,BFCL_java_10.json
 
 Data: ``../shared/data/maskbench-dev.jsonl.gz`` next to the repository (read in place, never copied), one schema a
@@ -108,10 +109,9 @@ SINGLE_THREAD_ENV = {
 # Data
 
 
-def _load_keyorder() -> Any:
-    """``benchmarks/maskbench_keyorder.py``, loaded by its path (``benchmarks/`` is not a package; this file is
-    run as a script, and loaded by path by the tests)."""
-    name = "maskbench_keyorder"
+def _load_sibling(name: str) -> Any:
+    """``benchmarks/<name>.py``, loaded by its path (``benchmarks/`` is not a package; this file is run as a
+    script, and loaded by path by the tests)."""
     mod = sys.modules.get(name)
     if mod is None:
         spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().with_name(f"{name}.py"))
@@ -127,7 +127,7 @@ def _load_keyorder() -> Any:
 
 #: ``canonical_order(schema, instance)``: the instance with each object's keys in the order constrain's JSON Schema
 #: compiler writes them (the schema's declared order; see ``benchmarks/maskbench_keyorder.py``).
-canonical_order = _load_keyorder().canonical_order
+canonical_order = _load_sibling("maskbench_keyorder").canonical_order
 
 
 def serialise(data: Any) -> str:
@@ -1128,6 +1128,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--xgrammar-cache", choices=("on", "off"), default="on",
                    help="xgrammar's compiler cache, shared across schemas (default on, as in a server)")
     p.add_argument("--json-out", type=Path, help="write per-schema records and the summary here")
+    p.add_argument("--plot", type=Path, help="write a PNG of each engine's distribution of time per mask here "
+                   "(benchmarks/plots.py; needs matplotlib, in the bench extra)")
     p.add_argument("--quiet", action="store_true", help="no progress line per schema")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--worker-fds", help=argparse.SUPPRESS)
@@ -1341,7 +1343,7 @@ def report(args, command, started, elapsed, load_at_start, entries, tests_by_sch
     table = markdown(summaries, unavailable, common, header, notes)
     print(table)
 
-    if args.json_out:
+    if args.json_out or args.plot:
         out = {
             "command": command,
             "started": started,
@@ -1370,9 +1372,12 @@ def report(args, command, started, elapsed, load_at_start, entries, tests_by_sch
                 for k, (entry, tests) in enumerate(zip(entries, tests_by_schema))
             ],
         }
+    if args.json_out:
         args.json_out.parent.mkdir(parents=True, exist_ok=True)
         args.json_out.write_text(json.dumps(out, indent=1, ensure_ascii=False, default=float))
         print(f"\nper-schema records: {args.json_out}", file=sys.stderr)
+    if args.plot:
+        print(f"mask-time plot: {_load_sibling('plots').plot_mask_times(out, args.plot)}", file=sys.stderr)
 
 
 
