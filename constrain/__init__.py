@@ -57,7 +57,7 @@ _EXPORTS = {
     "LogitsError": "constrain.errors",
     "SamplingParamsError": "constrain.errors",
     "BeamSearchError": "constrain.errors",
-    "JsonSchemaError": "constrain.compilers.json_schema",
+    "JsonSchemaError": "constrain.errors",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     from constrain.compilers.api import clear_compile_cache, compile
     from constrain.compilers.choices import compile_choices
     from constrain.compilers.gbnf import compile_gbnf
-    from constrain.compilers.json_schema import JsonSchemaError, compile_json_schema
+    from constrain.compilers.json_schema import compile_json_schema
     from constrain.compilers.lark import compile_lark
     from constrain.compilers.pydantic import compile_pydantic
     from constrain.compilers.regex import compile_regex
@@ -81,6 +81,7 @@ if TYPE_CHECKING:
         DepthError,
         GrammarError,
         GrammarSyntaxError,
+        JsonSchemaError,
         LogitsError,
         PydanticSchemaError,
         RegexError,

@@ -106,6 +106,20 @@ class AmbiguityError(StructureError):
     """The grammar allows too many parses of the text so far to follow them all."""
 
 
+class JsonSchemaError(StructureError):
+    """A schema is invalid, unresolvable, unsatisfiable, or (in strict mode) cannot be honoured exactly.
+
+    ``pointer`` is the JSON pointer of the keyword at fault (``/properties/age/minimum``), ``keyword`` its name.
+    """
+
+    def __init__(self, message: str, pointer: str = "", keyword: str | None = None):
+        self.pointer = pointer
+        self.keyword = keyword
+        self.reason = message
+        where = f"keyword {keyword!r} at {pointer!r}" if keyword else f"schema at {pointer or '/'!r}"
+        super().__init__(f"{where}: {message}")
+
+
 class PydanticSchemaError(StructureError):
     """Pydantic cannot write a JSON Schema for ``type``, or (strict mode) it validates more than the schema says."""
 

@@ -264,7 +264,7 @@ def normalise_reason(message: str) -> str:
 
 
 def error_record(exc: BaseException) -> dict[str, Any]:
-    from constrain.compilers.json_schema import JsonSchemaError
+    from constrain.errors import JsonSchemaError
 
     if isinstance(exc, JsonSchemaError):
         return {
@@ -314,7 +314,8 @@ def compile_status(
     "error"?}``). A JsonSchemaError is a refusal (``"time_limit"`` when it is the compiler's own time limit), any
     other exception a crash; with ``timeout`` (seconds, main thread only) a compile that runs longer is a
     ``"timeout"`` (an alarm that lands inside native code can surface as another exception: still a timeout)."""
-    from constrain.compilers.json_schema import JsonSchemaError, compile_json_schema
+    from constrain.compilers.json_schema import compile_json_schema
+    from constrain.errors import JsonSchemaError
 
     old = _arm(timeout)
     try:

@@ -27,7 +27,6 @@ import numpy as np
 
 from constrain.errors import ShapeError
 
-
 # Bit patterns of -inf, by element size in bytes (IEEE half / single / double) and for bfloat16.
 _NEG_INF_BITS = {
     "float16": np.uint16(0xFC00),

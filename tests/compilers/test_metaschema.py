@@ -21,9 +21,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import validators
 
-from constrain.compilers.json_schema import JsonSchemaError, compile_json_schema, schema_to_grammar
+from constrain.compilers.json_schema import compile_json_schema, schema_to_grammar
 from constrain.compilers.json_schema.document import _Document
 from constrain.compilers.metaschema import MAX_DEPTH, certainly_valid
+from constrain.errors import JsonSchemaError
 from constrain.testing import tiny_vocabulary
 from constrain.vocab.vocabulary import Vocabulary
 

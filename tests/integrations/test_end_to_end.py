@@ -19,9 +19,17 @@ from jsonschema import Draft202012Validator
 from transformers import LogitsProcessorList
 
 import constrain
-from constrain.compilers.json_schema import JsonSchemaError, compile_json_schema
+from constrain.compilers.json_schema import compile_json_schema
 from constrain.compilers.regex import compile_regex
-from constrain.errors import DeadEndError, GrammarError, RegexError, ShapeError, TokenError, VocabularyError
+from constrain.errors import (
+    DeadEndError,
+    GrammarError,
+    JsonSchemaError,
+    RegexError,
+    ShapeError,
+    TokenError,
+    VocabularyError,
+)
 from constrain.grammar.ir import Grammar, Literal, Ref, Seq
 from constrain.integrations.transformers import StructureLogitsProcessor
 from constrain.models.gemma import load_default_model

@@ -1019,7 +1019,7 @@ def check_json(schema, vocab, tokens) -> None:
 
 def test_json_requests_go_through_the_json_schema_compiler(json_backend):
     backend = json_backend
-    from constrain.compilers.json_schema import JsonSchemaError
+    from constrain.errors import JsonSchemaError
     from constrain.runtime.pushdown import GrammarStructure
 
     schema = JSON_SCHEMAS[0]

@@ -13,7 +13,16 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from constrain.errors import ShapeError
-from constrain.kernels.bitmask import allocate_token_bitmask, allowed_token_ids, apply_token_bitmask, apply_token_bitmask_torch, bitmask_to_bool, bitmask_width, bool_to_bitmask, count_allowed
+from constrain.kernels.bitmask import (
+    allocate_token_bitmask,
+    allowed_token_ids,
+    apply_token_bitmask,
+    apply_token_bitmask_torch,
+    bitmask_to_bool,
+    bitmask_width,
+    bool_to_bitmask,
+    count_allowed,
+)
 
 VOCABS = [1, 31, 32, 33, 1000, 262144]
 

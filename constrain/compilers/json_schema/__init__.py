@@ -121,7 +121,6 @@ from constrain.compilers.json_schema.compiler import (
     compile_json_schema,
     schema_to_grammar,
 )
-from constrain.compilers.json_schema.errors import JsonSchemaError
 from constrain.compilers.json_schema.layout import MAX_INDENT_DEPTH
 from constrain.compilers.json_schema.numbers import MAX_ENUMERATED_MULTIPLES, MAX_MODULUS
 from constrain.compilers.json_schema.objects import MAX_PATTERN_PROPERTIES
@@ -132,6 +131,7 @@ from constrain.compilers.json_schema.strings import (
     MAX_COUNTED_BYTE_STATES,
     MAX_COUNTED_STATES,
 )
+from constrain.errors import JsonSchemaError
 
 __all__ = [
     "DEFAULT_TIME_LIMIT",

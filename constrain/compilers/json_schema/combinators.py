@@ -10,7 +10,7 @@ from itertools import product
 from typing import Any
 
 from constrain.compilers.json_schema.document import _clean_pointer, _escape_token
-from constrain.compilers.json_schema.errors import JsonSchemaError, _NotNegatable, _TooLarge, _Unsatisfiable, _verdict
+from constrain.compilers.json_schema.errors import _NotNegatable, _TooLarge, _Unsatisfiable, _verdict
 from constrain.compilers.json_schema.formats import _FORMATS, _UNSUPPORTED_FORMATS
 from constrain.compilers.json_schema.keywords import (
     _ANNOTATIONS,
@@ -28,6 +28,7 @@ from constrain.compilers.json_schema.keywords import (
 )
 from constrain.compilers.json_schema.rules import _options
 from constrain.compilers.json_schema.values import _ALL_KINDS, _dumps, _json_key, _kind_of, _kinds_of_type, _to_decimal
+from constrain.errors import JsonSchemaError
 from constrain.grammar.ir import Alt, Expr
 
 

@@ -12,14 +12,7 @@ from constrain.compilers.json_schema.arrays import _ArrayRules
 from constrain.compilers.json_schema.combinators import _Combinators
 from constrain.compilers.json_schema.document import _clean_pointer, _Document
 from constrain.compilers.json_schema.enums import _EnumRules
-from constrain.compilers.json_schema.errors import (
-    _TIME_LIMIT,
-    JsonSchemaError,
-    _check_time,
-    _OutOfTime,
-    _Unsatisfiable,
-    _verdict,
-)
+from constrain.compilers.json_schema.errors import _TIME_LIMIT, _check_time, _OutOfTime, _Unsatisfiable, _verdict
 from constrain.compilers.json_schema.keywords import (
     _ANNOTATIONS,
     _BRANCHING,
@@ -34,7 +27,7 @@ from constrain.compilers.json_schema.numbers import _NumberRules
 from constrain.compilers.json_schema.objects import _ObjectRules
 from constrain.compilers.json_schema.rules import _finalize
 from constrain.compilers.json_schema.strings import _StringRules
-from constrain.errors import GrammarError
+from constrain.errors import GrammarError, JsonSchemaError
 from constrain.grammar.ir import Alt, Expr, Grammar, Ref, Seq
 from constrain.runtime.pushdown import compile_grammar
 

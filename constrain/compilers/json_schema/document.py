@@ -11,9 +11,10 @@ from functools import cached_property
 from typing import Any
 from urllib.parse import quote, unquote, urljoin
 
-from constrain.compilers.json_schema.errors import JsonSchemaError, _check_time
+from constrain.compilers.json_schema.errors import _check_time
 from constrain.compilers.json_schema.keywords import _Part
 from constrain.compilers.metaschema import certainly_valid
+from constrain.errors import JsonSchemaError
 
 
 def _escape_token(token: str) -> str:

@@ -7,12 +7,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from constrain.compilers.json_schema.document import _clean_pointer
-from constrain.compilers.json_schema.errors import _TIME_LIMIT, JsonSchemaError
+from constrain.compilers.json_schema.errors import _TIME_LIMIT
 from constrain.compilers.json_schema.formats import _FORMATS
 from constrain.compilers.json_schema.keywords import _VALIDATION, _Part
 from constrain.compilers.json_schema.layout import _child_depth
 from constrain.compilers.json_schema.strings import _format_cdfa
 from constrain.compilers.json_schema.values import _ALL_KINDS, _dumps, _json_key, _kind_of, _kinds_of_type
+from constrain.errors import JsonSchemaError
 from constrain.grammar.ir import Alt, Expr, Literal, Seq
 
 

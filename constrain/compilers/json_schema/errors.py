@@ -1,25 +1,11 @@
-"""The errors of the JSON Schema compiler: :class:`JsonSchemaError`, what a caller sees, and the signals its parts
-raise and catch among themselves (unsatisfiable, too large, not negatable, out of time).
+"""The signals the JSON Schema compiler's parts raise and catch among themselves (unsatisfiable, too large, not
+negatable, out of time). What a caller sees is :class:`~constrain.errors.JsonSchemaError`.
 """
 
 from __future__ import annotations
 
 from constrain.automata.limits import CompileTimeout, check_deadline
-from constrain.errors import StructureError
-
-
-class JsonSchemaError(StructureError):
-    """A schema is invalid, unresolvable, unsatisfiable, or (in strict mode) cannot be honoured exactly.
-
-    ``pointer`` is the JSON pointer of the keyword at fault (``/properties/age/minimum``), ``keyword`` its name.
-    """
-
-    def __init__(self, message: str, pointer: str = "", keyword: str | None = None):
-        self.pointer = pointer
-        self.keyword = keyword
-        self.reason = message
-        where = f"keyword {keyword!r} at {pointer!r}" if keyword else f"schema at {pointer or '/'!r}"
-        super().__init__(f"{where}: {message}")
+from constrain.errors import JsonSchemaError
 
 
 class _Unsatisfiable(JsonSchemaError):

@@ -7,12 +7,13 @@ from collections.abc import Mapping
 
 from constrain.compilers.json_schema.cdfa import _CDFA
 from constrain.compilers.json_schema.document import _clean_pointer, _escape_token
-from constrain.compilers.json_schema.errors import _TIME_LIMIT, JsonSchemaError, _TooLarge, _Unsatisfiable, _verdict
+from constrain.compilers.json_schema.errors import _TIME_LIMIT, _TooLarge, _Unsatisfiable, _verdict
 from constrain.compilers.json_schema.keywords import _BRANCHING, _Part, _Shape
 from constrain.compilers.json_schema.layout import _child_depth, _Layout
 from constrain.compilers.json_schema.rules import _then
 from constrain.compilers.json_schema.strings import _key_except_dfa, _StringRules
 from constrain.compilers.json_schema.values import _json_string
+from constrain.errors import JsonSchemaError
 from constrain.grammar.ir import Alt, Automaton, Expr, Literal, Ref, Repeat, Seq, shared
 
 #: Most ``patternProperties`` patterns that apply to one object (the key space splits into 2**n regions).

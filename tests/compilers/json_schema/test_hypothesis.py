@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 
 from constrain.compilers.json_schema import compile_json_schema
 
-_spec = importlib.util.spec_from_file_location("maskbench_golden", Path(__file__).with_name("maskbench_golden.py"))
+_spec = importlib.util.spec_from_file_location("maskbench_golden", Path(__file__).parents[2] / "maskbench_golden.py")
 mg = sys.modules.get("maskbench_golden") or importlib.util.module_from_spec(_spec)
 if "maskbench_golden" not in sys.modules:
     sys.modules["maskbench_golden"] = mg

@@ -37,9 +37,8 @@ from pydantic import (
 from typing_extensions import NotRequired, TypedDict
 
 import constrain
-from constrain.compilers.json_schema import JsonSchemaError
 from constrain.compilers.pydantic import compile_pydantic, parse, pydantic_schema
-from constrain.errors import PydanticSchemaError, StructureError
+from constrain.errors import JsonSchemaError, PydanticSchemaError, StructureError
 
 # -- the types -------------------------------------------------------------------------------------------------
 

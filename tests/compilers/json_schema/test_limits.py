@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from constrain.compilers.json_schema import DEFAULT_TIME_LIMIT, JsonSchemaError, compile_json_schema, schema_to_grammar
+from constrain.compilers.json_schema import DEFAULT_TIME_LIMIT, compile_json_schema, schema_to_grammar
+from constrain.errors import JsonSchemaError
 
 
 def nested(depth: int) -> dict:

@@ -21,18 +21,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from constrain.compilers.json_schema import JsonSchemaError, compile_json_schema, schema_to_grammar
+from constrain.compilers.json_schema import compile_json_schema, schema_to_grammar
 from constrain.compilers.json_schema.cdfa import _CDFA
 from constrain.compilers.json_schema.numbers import _decimal_range, _int_range
 from constrain.compilers.json_schema.strings import _counted_chars
 from constrain.compilers.json_schema.values import _CHAR, _canonical_value
-from constrain.errors import StructureError
+from constrain.errors import JsonSchemaError, StructureError
 from constrain.grammar.ir import Automaton, Literal, Regex, Repeat, Seq
 from constrain.grammar.rules import _build_rule_dfa, build_pushdown
 from constrain.runtime.pushdown import Machine
 
 SUITE = (
-    Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "json-schema-test-suite" / "tests" / "draft2020-12"
+    Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "json-schema-test-suite" / "tests" / "draft2020-12"
 )
 
 _MACHINES: dict[str, tuple[Machine, list[str]]] = {}
@@ -1256,7 +1256,7 @@ def test_refused_suite_groups_are_the_listed_ones():
 
     if not SUITE.is_dir():
         pytest.skip(f"the JSON Schema Test Suite is not at {SUITE}")
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[3]
     spec = importlib.util.spec_from_file_location("jsts_report", root / "benchmarks" / "jsts_report.py")
     jsts = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(jsts)
