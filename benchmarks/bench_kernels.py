@@ -90,16 +90,22 @@ def main() -> None:
     vocab = args.vocab
     rng = np.random.default_rng(0)
 
-    print(f"machine: {platform.platform()} | {platform.processor() or platform.machine()} | "
-          f"cpus {os.cpu_count()} (affinity {len(os.sched_getaffinity(0))})")
-    print(f"python {platform.python_version()} | numpy {np.__version__} | numba {numba.__version__} "
-          f"(threading layer n/a: kernels use a thread pool) | torch {torch.__version__} "
-          f"(threads {torch.get_num_threads()})")
+    print(
+        f"machine: {platform.platform()} | {platform.processor() or platform.machine()} | "
+        f"cpus {os.cpu_count()} (affinity {len(os.sched_getaffinity(0))})"
+    )
+    print(
+        f"python {platform.python_version()} | numpy {np.__version__} | numba {numba.__version__} "
+        f"(threading layer n/a: kernels use a thread pool) | torch {torch.__version__} "
+        f"(threads {torch.get_num_threads()})"
+    )
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     print(f"vocab {vocab}, float32 logits; times in microseconds, median / p99; load average {load}\n")
 
-    header = (f"{'batch':>5} {'mask':>9} | {'numba/numpy':>17} {'numba/torch':>17} {'numba 1 thread':>17} "
-              f"{'torch unpack':>17} {'torch masked_fill':>17} | {'unpack/ours':>11} {'fill/ours':>9}")
+    header = (
+        f"{'batch':>5} {'mask':>9} | {'numba/numpy':>17} {'numba/torch':>17} {'numba 1 thread':>17} "
+        f"{'torch unpack':>17} {'torch masked_fill':>17} | {'unpack/ours':>11} {'fill/ours':>9}"
+    )
     print(header)
     print("-" * len(header))
     for batch in (1, 16, 128):
@@ -124,8 +130,10 @@ def main() -> None:
             r_fill = timeit(lambda: logits_ref.masked_fill_(disallowed, float("-inf")), reps_ref)
             assert torch.equal(logits_t, logits_ref) and np.array_equal(logits_np, logits_t.numpy())
             fmt = lambda r: f"{r[0]:8.1f} /{r[1]:8.1f}"  # noqa: E731
-            print(f"{batch:>5} {kind:>9} | {fmt(r_np)} {fmt(r_t)} {fmt(r_1)} {fmt(r_unpack)} {fmt(r_fill)} | "
-                  f"{r_unpack[0] / r_np[0]:10.1f}x {r_fill[0] / r_np[0]:8.1f}x")
+            print(
+                f"{batch:>5} {kind:>9} | {fmt(r_np)} {fmt(r_t)} {fmt(r_1)} {fmt(r_unpack)} {fmt(r_fill)} | "
+                f"{r_unpack[0] / r_np[0]:10.1f}x {r_fill[0] / r_np[0]:8.1f}x"
+            )
             logits_np[:] = rng.standard_normal((batch, vocab), dtype=np.float32)
             logits_t.copy_(torch.from_numpy(logits_np))
             logits_ref.copy_(logits_t)

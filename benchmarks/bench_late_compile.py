@@ -3,7 +3,8 @@ before it in the dev set were compiled in the same process, and the time its com
 garbage collector.
 
     .venv/bin/python benchmarks/bench_late_compile.py --name JsonSchemaStore---cityjson.min.schema.json --before 1200
-    .venv/bin/python benchmarks/bench_late_compile.py --name JsonSchemaStore---cityjson.min.schema.json --before 1200 --no-pause
+    .venv/bin/python benchmarks/bench_late_compile.py --name JsonSchemaStore---cityjson.min.schema.json \
+        --before 1200 --no-pause
 
 ``--no-pause`` turns off the collector pause of long compiles (:mod:`constrain.collector`), for comparison. The
 process is machine-noisy like any single measurement here: run the two interleaved, several times.
@@ -37,7 +38,8 @@ def main() -> None:
     if args.no_pause:
         collector.pause = collector.resume = lambda: None
     vocab = Vocabulary.from_tokenizer(load_gemma_tokenizer())
-    entries = [json.loads(line) for line in gzip.open(args.data, "rt")]
+    with gzip.open(args.data, "rt") as lines:
+        entries = [json.loads(line) for line in lines]
     at = next(i for i, e in enumerate(entries) if e["name"] == args.name)
     schemas = [e["schema"] for e in entries[max(0, at - args.before) : at + 1]]
     del entries
@@ -65,8 +67,10 @@ def main() -> None:
     structure.matcher().mask()
     t2 = time.perf_counter()
     pause = "off" if args.no_pause else "on"
-    print(f"pause {pause}: {len(schemas) - 1} schemas before in {before:.1f} s; {args.name}: compile {t1 - t0:.2f} s, "
-          f"first mask {1e3 * (t2 - t1):.1f} ms, garbage collection during both {collected[0]:.2f} s")
+    print(
+        f"pause {pause}: {len(schemas) - 1} schemas before in {before:.1f} s; {args.name}: compile {t1 - t0:.2f} s, "
+        f"first mask {1e3 * (t2 - t1):.1f} ms, garbage collection during both {collected[0]:.2f} s"
+    )
 
 
 if __name__ == "__main__":

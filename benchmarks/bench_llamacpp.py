@@ -88,7 +88,7 @@ STRUCTURES = [
         "key": "json-schema",
         "name": "JSON Schema (user record)",
         "prompt": "Alice Smith is 34, her email is alice.smith@example.com, she is an editor and likes hiking, "
-                  "chess and jazz. Her user record as JSON: ",
+        "chess and jazz. Her user record as JSON: ",
         "schema": USER_SCHEMA,
     },
     {
@@ -96,24 +96,24 @@ STRUCTURES = [
         "name": "json-like object",
         "prompt": "Here is a person as JSON: ",
         "regex": r'\{"name": "[a-zA-Z ]{1,20}", "age": \d{1,3}\}',
-        "gbnf": r'''
+        "gbnf": r"""
 root ::= "{\"name\": \"" [a-zA-Z ]{1,20} "\", \"age\": " [0-9]{1,3} "}"
-''',
+""",
     },
     {
         "key": "date-time",
         "name": "ISO 8601 date-time",
         "prompt": "The meeting starts at (ISO 8601 timestamp): ",
         "regex": r"\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,6})?"
-                 r"(Z|[+-]([01]\d|2[0-3]):[0-5]\d)",
-        "gbnf": r'''
+        r"(Z|[+-]([01]\d|2[0-3]):[0-5]\d)",
+        "gbnf": r"""
 root  ::= [0-9]{4} "-" month "-" day "T" hour ":" [0-5] [0-9] ":" [0-5] [0-9] frac? tz
 month ::= "0" [1-9] | "1" [0-2]
 day   ::= "0" [1-9] | [12] [0-9] | "3" [01]
 hour  ::= [01] [0-9] | "2" [0-3]
 frac  ::= "." [0-9]{1,6}
 tz    ::= "Z" | [+-] hour ":" [0-5] [0-9]
-''',
+""",
     },
 ]
 
@@ -227,9 +227,11 @@ def build(spec: dict, vocab):
 
 
 def markdown_table(rows: list[dict]) -> str:
-    head = ("| structure | tokens | unconstrained | no-op processor | constrain | llama grammar | constrain / "
-            "unconstrained (target >= 0.95) | constrain / grammar (target >= 4) | unconstrained / grammar (bound) | "
-            "constrain's processor per token | output valid: constrain / grammar |")
+    head = (
+        "| structure | tokens | unconstrained | no-op processor | constrain | llama grammar | constrain / "
+        "unconstrained (target >= 0.95) | constrain / grammar (target >= 4) | unconstrained / grammar (bound) | "
+        "constrain's processor per token | output valid: constrain / grammar |"
+    )
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for r in rows:
         med, rob = r["med"], r["robust"]
@@ -243,23 +245,28 @@ def markdown_table(rows: list[dict]) -> str:
             f"{ratio('constrain', 'unconstrained', '{:.3f}')} | {ratio('constrain', 'llama grammar', '{:.2f}')} | "
             f"{ratio('unconstrained', 'llama grammar', '{:.2f}')} | "
             f"{r['in_us']:.0f} µs = {r['in_share']:.1f}% of a step | "
-            f"{'yes' if r['ok']['constrain'] else 'NO'} / {'yes' if r['ok']['llama grammar'] else 'NO'} |")
+            f"{'yes' if r['ok']['constrain'] else 'NO'} / {'yes' if r['ok']['llama grammar'] else 'NO'} |"
+        )
     lines.append("")
-    lines.append("tok/s: median over the runs of (tokens - 1) / (first to last sampled token); ratios: by those medians "
-                 "(in parentheses: by 1 / the median time per token over all runs). tokens: sampled by constrain, "
-                 "end of sequence included. constrain / grammar can be at most unconstrained / grammar.")
+    lines.append(
+        "tok/s: median over the runs of (tokens - 1) / (first to last sampled token); ratios: by those medians "
+        "(in parentheses: by 1 / the median time per token over all runs). tokens: sampled by constrain, "
+        "end of sequence included. constrain / grammar can be at most unconstrained / grammar."
+    )
     return "\n".join(lines)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=7)
-    ap.add_argument("--threads", type=int, default=None,
-                    help="llama.cpp threads (default: llama-cpp-python's, half the CPUs)")
+    ap.add_argument(
+        "--threads", type=int, default=None, help="llama.cpp threads (default: llama-cpp-python's, half the CPUs)"
+    )
     ap.add_argument("--free-tokens", type=int, default=32, help="tokens per unconstrained run")
     keys = [spec["key"] for spec in STRUCTURES]
-    ap.add_argument("--structures", default=",".join(keys),
-                    help=f"comma-separated, from {', '.join(keys)} (default: all)")
+    ap.add_argument(
+        "--structures", default=",".join(keys), help=f"comma-separated, from {', '.join(keys)} (default: all)"
+    )
     ap.add_argument("--quick", action="store_true", help="2 runs, 24 free tokens, the JSON Schema only")
     ap.add_argument("--markdown", default=None, help="also write the summary table to this file")
     args = ap.parse_args()
@@ -272,15 +279,19 @@ def main() -> None:
         runs, free_tokens, wanted = 2, 24, ["json-schema"]
     structures = [spec for spec in STRUCTURES if spec["key"] in wanted]
 
-    machine = (f"{cpu_name()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}; "
-               f"Python {platform.python_version()}, numpy {np.__version__}, llama-cpp-python {llama_cpp.__version__}")
+    machine = (
+        f"{cpu_name()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}; "
+        f"Python {platform.python_version()}, numpy {np.__version__}, llama-cpp-python {llama_cpp.__version__}"
+    )
     load_start = load()
     print(f"machine: {machine}")
     print(f"load average at start: {load_start}")
     t0 = time.perf_counter()
     llm = Llama(model_path=str(gguf_model_path()), n_ctx=1024, n_threads=args.threads, seed=0, verbose=False)
-    print(f"model: {gguf_model_path().name}, n_vocab {llm.n_vocab():,}, n_threads {llm.n_threads} "
-          f"(loaded in {time.perf_counter() - t0:.1f} s)")
+    print(
+        f"model: {gguf_model_path().name}, n_vocab {llm.n_vocab():,}, n_threads {llm.n_threads} "
+        f"(loaded in {time.perf_counter() - t0:.1f} s)"
+    )
     t0 = time.perf_counter()
     vocab = vocabulary_from_llama(llm)
     print(f"vocabulary from llama.cpp: {time.perf_counter() - t0:.2f} s ({vocab!r})")
@@ -329,12 +340,16 @@ def main() -> None:
         med = {m: statistics.median(r) for m, r in rates.items()}
         robust = {m: 1.0 / statistics.median(d) for m, d in steps.items()}
         print(f"== {spec['name']}: {described}")
-        print(f"   compile: constrain {compile_s * 1e3:.0f} ms, LlamaGrammar {grammar_s * 1e3:.0f} ms "
-              f"(GBNF of {len(gbnf.splitlines())} lines)")
+        print(
+            f"   compile: constrain {compile_s * 1e3:.0f} ms, LlamaGrammar {grammar_s * 1e3:.0f} ms "
+            f"(GBNF of {len(gbnf.splitlines())} lines)"
+        )
         for mode in modes:
             spread = f"{min(rates[mode]):6.1f}-{max(rates[mode]):6.1f}"
-            print(f"   {mode:16s} {med[mode]:7.1f} tok/s  (runs {spread}; per-token median {robust[mode]:6.1f} tok/s; "
-                  f"{int(np.median(counts[mode]))} tokens sampled)  {texts[mode][:48]!r}")
+            print(
+                f"   {mode:16s} {med[mode]:7.1f} tok/s  (runs {spread}; per-token median {robust[mode]:6.1f} tok/s; "
+                f"{int(np.median(counts[mode]))} tokens sampled)  {texts[mode][:48]!r}"
+            )
         ok = {}
         for mode in ("constrain", "llama grammar"):
             ok[mode], remark = check_output(spec, texts[mode])
@@ -342,22 +357,37 @@ def main() -> None:
         call_us = processor_call_time(processor, prompt_tokens, sampled["constrain"], llm.n_vocab())
         in_us = statistics.median(inside) * 1e6
         step_us = 1e6 / robust["unconstrained"]
-        print(f"   constrain's processor: {in_us:.0f} us per call inside generation (median; {call_us:.0f} us in a "
-              f"tight loop, caches warm) = {100 * in_us / step_us:.1f}% of an unconstrained step ({step_us / 1e3:.1f} ms)")
+        print(
+            f"   constrain's processor: {in_us:.0f} us per call inside generation (median; {call_us:.0f} us in a "
+            f"tight loop, caches warm) = {100 * in_us / step_us:.1f}% of an unconstrained step ({step_us / 1e3:.1f} ms)"
+        )
         for label, sp in (("median of runs", med), ("per-token median", robust)):
-            print(f"   ratios ({label}): constrain / unconstrained = {sp['constrain'] / sp['unconstrained']:.3f}x "
-                  f"(target >= 0.95), constrain / llama grammar = {sp['constrain'] / sp['llama grammar']:.2f}x "
-                  f"(target >= 4; at most unconstrained / llama grammar = "
-                  f"{sp['unconstrained'] / sp['llama grammar']:.2f}x), no-op processor / unconstrained = "
-                  f"{sp['no-op processor'] / sp['unconstrained']:.3f}x")
+            print(
+                f"   ratios ({label}): constrain / unconstrained = {sp['constrain'] / sp['unconstrained']:.3f}x "
+                f"(target >= 0.95), constrain / llama grammar = {sp['constrain'] / sp['llama grammar']:.2f}x "
+                f"(target >= 4; at most unconstrained / llama grammar = "
+                f"{sp['unconstrained'] / sp['llama grammar']:.2f}x), no-op processor / unconstrained = "
+                f"{sp['no-op processor'] / sp['unconstrained']:.3f}x"
+            )
         print(f"   load average now: {load()}\n")
-        rows.append(dict(name=spec["name"], tokens=int(np.median(counts["constrain"])), med=med, robust=robust,
-                         in_us=in_us, in_share=100 * in_us / step_us, ok=ok))
+        rows.append(
+            dict(
+                name=spec["name"],
+                tokens=int(np.median(counts["constrain"])),
+                med=med,
+                robust=robust,
+                in_us=in_us,
+                in_share=100 * in_us / step_us,
+                ok=ok,
+            )
+        )
 
     table = markdown_table(rows)
     command = "python benchmarks/bench_llamacpp.py " + " ".join(sys.argv[1:])
-    footer = (f"\nmachine: {machine}; llama.cpp threads {llm.n_threads}; load average {load_start} at start, "
-              f"{load()} at the end; {runs} runs; command: `{command.strip()}`")
+    footer = (
+        f"\nmachine: {machine}; llama.cpp threads {llm.n_threads}; load average {load_start} at start, "
+        f"{load()} at the end; {runs} runs; command: `{command.strip()}`"
+    )
     print(table + footer)
     if args.markdown:
         with open(args.markdown, "w") as f:

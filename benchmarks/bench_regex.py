@@ -30,8 +30,8 @@ import time
 
 import numpy as np
 
-from constrain.compilers.regex import compile_regex
 from constrain.automata.regex import regex_to_dfa
+from constrain.compilers.regex import compile_regex
 from constrain.kernels.bitmask import allocate_token_bitmask
 from constrain.models.tokenizers import load_gemma_tokenizer
 from constrain.vocab.vocabulary import Vocabulary
@@ -39,12 +39,14 @@ from constrain.vocab.vocabulary import Vocabulary
 
 def benchmark_regexes() -> dict[str, str]:
     rng = random.Random(0)
-    words = sorted({"".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 10))) for _ in range(400)})[:200]
+    words = sorted(
+        {"".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 10))) for _ in range(400)}
+    )[:200]
     literal = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz ,.") for _ in range(2000))
     classes = "".join(rng.choice([r"[a-z]", r"\d", r"[A-Z0-9]", r"[^\n]", r"\w", r"[aeiou]"]) for _ in range(30))
     return {
         "email": r"[a-zA-Z0-9._%+-]+@[a-zA-Z0-9.-]+\.[a-zA-Z]{2,}",
-        "ISO date-time": r"\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+)?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)",
+        "ISO date-time": r"\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+)?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)",  # noqa: E501
         "200 words": "(" + "|".join(words) + ")",
         "JSON number": r"-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?",
         "2000-char literal": re.escape(literal),
@@ -190,7 +192,8 @@ def main() -> None:
         print(
             f"{name:18s} {ours['states']:6d} | {ours['compile_ms']:10.2f} {theirs['compile_ms']:9.1f} "
             f"{ours['compile_ms'] / theirs['compile_ms']:6.3f} | {ours['first_p50_us']:15.1f} "
-            f"{ours['first_p99_us']:8.1f} | {ours['lookup_us']:9.2f} {ours['cached_us']:8.2f} {theirs['cached_us']:9.2f} "
+            f"{ours['first_p99_us']:8.1f} | {ours['lookup_us']:9.2f} {ours['cached_us']:8.2f} "
+            f"{theirs['cached_us']:9.2f} "
             f"{ours['cached_us'] / theirs['cached_us']:6.2f}",
             flush=True,
         )

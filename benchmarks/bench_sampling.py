@@ -96,9 +96,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--settings", nargs="+", choices=sorted(SETTINGS), default=["full", "nucleus", "min-p"])
     ap.add_argument("--torch-ops", action="store_true", help="also time the torch-ops path (the GPU path) on CPU")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
-    ap.add_argument("--torch-threads", type=int, default=None,
-                    help="torch.set_num_threads for both sides (default: torch's own choice). On a loaded machine "
-                         "torch's thread pool can stall; 1 gives a steadier comparison (the numpy path is one thread)")
+    ap.add_argument(
+        "--torch-threads",
+        type=int,
+        default=None,
+        help="torch.set_num_threads for both sides (default: torch's own choice). On a loaded machine "
+        "torch's thread pool can stall; 1 gives a steadier comparison (the numpy path is one thread)",
+    )
     args = ap.parse_args(argv)
 
     import torch
@@ -112,8 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-    from constrain.decoding.sampling import Sampler
     from constrain.decoding.params import SamplingParams
+    from constrain.decoding.sampling import Sampler
 
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
@@ -168,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                 if device == "cpu":
                     ours_np = Sampler(params)
                     rows.append(("ours numpy", timeit(lambda: ours_np(logits, history), **runs)))
-                rows.append((f"ours torch", timeit(ours_torch, **runs)))
+                rows.append(("ours torch", timeit(ours_torch, **runs)))
                 if args.torch_ops and device == "cpu":
                     ops = Sampler(params, backend="torch")
                     rows.append(("ours torch-ops", timeit(lambda: ops(t_logits, t_hist), **runs)))

@@ -56,8 +56,10 @@ def main() -> None:
     from constrain.vocab.vocabulary import Vocabulary
 
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
-    print(f"machine: {platform.platform()} | {platform.processor() or platform.machine()} | "
-          f"{os.cpu_count()} CPUs | load avg {load[0]:.1f} | Python {platform.python_version()}")
+    print(
+        f"machine: {platform.platform()} | {platform.processor() or platform.machine()} | "
+        f"{os.cpu_count()} CPUs | load avg {load[0]:.1f} | Python {platform.python_version()}"
+    )
     toks = {"gemma3 (262,144)": ("gemma", load_gemma_tokenizer()), "cl100k (100,277)": ("cl100k", load_cl100k())}
     Vocabulary.from_token_bytes([b"a", b"ab"], eos_ids=[])  # start numba once
 
@@ -67,8 +69,9 @@ def main() -> None:
         os.environ["CONSTRAIN_CACHE_DIR"] = tmp  # after the tokenizers are loaded: their own caches stay put
         try:
             for label, (short, tok) in toks.items():
-                rows.append((label, "build (cache off)", _time(lambda: Vocabulary.from_tokenizer(tok, cache=False),
-                                                               args.reps)))
+                rows.append(
+                    (label, "build (cache off)", _time(lambda: Vocabulary.from_tokenizer(tok, cache=False), args.reps))
+                )
                 if args.fresh_reps:
                     fresh = []
                     for _ in range(args.fresh_reps):
@@ -77,14 +80,20 @@ def main() -> None:
                             env.pop("CONSTRAIN_CACHE_DIR", None)
                         else:
                             env["CONSTRAIN_CACHE_DIR"] = saved
-                        r = subprocess.run([sys.executable, "-c", _FRESH, short], capture_output=True, text=True,
-                                           env=env, check=True)
+                        r = subprocess.run(
+                            [sys.executable, "-c", _FRESH, short], capture_output=True, text=True, env=env, check=True
+                        )
                         fresh.append(float(r.stdout.strip().splitlines()[-1]))
                     rows.append((label, "build, fresh process", fresh))
                 v = Vocabulary.from_tokenizer(tok)  # writes the cache entry
                 rows.append((label, "cached load", _time(lambda: Vocabulary.from_tokenizer(tok), args.reps)))
-                rows.append((label, f"  -> {v.size:,} ids, {int(v.matchable.sum()):,} matchable, "
-                             f"{v.trie.num_nodes:,} trie nodes", None))
+                rows.append(
+                    (
+                        label,
+                        f"  -> {v.size:,} ids, {int(v.matchable.sum()):,} matchable, {v.trie.num_nodes:,} trie nodes",
+                        None,
+                    )
+                )
         finally:
             if saved is None:
                 os.environ.pop("CONSTRAIN_CACHE_DIR", None)

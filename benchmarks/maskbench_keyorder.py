@@ -26,7 +26,6 @@ import re
 from collections import deque
 from typing import Any
 
-
 _BRANCHING = ("anyOf", "oneOf", "if", "dependentRequired", "dependentSchemas", "dependencies")
 _LEGACY = ("Draft3Validator", "Draft4Validator", "Draft6Validator", "Draft7Validator")
 
@@ -115,7 +114,7 @@ class _Orderer:
         parts = self._expand(parts)
         done: set[tuple[int, str]] = set()
         while True:
-            for node, res in parts:
+            for node, res in parts:  # noqa: B007 - both are read after the break
                 kw = next((k for k in _BRANCHING if k in node and (id(node), k) not in done), None)
                 if kw is not None:
                     break

@@ -87,8 +87,17 @@ def worker(sample: int, seed: int, flush_mb: int) -> None:
 
 def start(root: Path, args: argparse.Namespace) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(root), "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--sample", str(args.sample), "--seed",
-           str(args.seed), "--flush-mb", str(args.flush_mb)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--worker",
+        "--sample",
+        str(args.sample),
+        "--seed",
+        str(args.seed),
+        "--flush-mb",
+        str(args.flush_mb),
+    ]
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=root)
     ready = json.loads(proc.stdout.readline())["ready"]
     if not Path(ready).resolve().is_relative_to(root.resolve()):
@@ -130,11 +139,17 @@ def main(argv: list[str] | None = None) -> int:
     b = 1e3 * np.array([times["new"][i] for i in both])
     q = (50, 90, 99)
     print(f"{len(both)} schemas both builds compiled")
-    print("TTFM p50 / p90 / p99 (ms): base " + " / ".join(f"{np.percentile(a, x):.2f}" for x in q)
-          + "; this checkout " + " / ".join(f"{np.percentile(b, x):.2f}" for x in q))
+    print(
+        "TTFM p50 / p90 / p99 (ms): base "
+        + " / ".join(f"{np.percentile(a, x):.2f}" for x in q)
+        + "; this checkout "
+        + " / ".join(f"{np.percentile(b, x):.2f}" for x in q)
+    )
     ratio = b / a
-    print("per-schema ratio (this checkout / base), quartiles: "
-          + " / ".join(f"{np.percentile(ratio, x):.3f}" for x in (25, 50, 75)))
+    print(
+        "per-schema ratio (this checkout / base), quartiles: "
+        + " / ".join(f"{np.percentile(ratio, x):.3f}" for x in (25, 50, 75))
+    )
     order = np.argsort(a)
     bands = []
     for lo, hi in ((0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 0.9), (0.9, 1.0)):

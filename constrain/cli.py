@@ -51,7 +51,10 @@ def demo(args: argparse.Namespace) -> int:
         failures += not valid
         print(f"prompt : {prompt}")
         print(f"regex  : {pattern}   (compiled in {compile_ms:.1f} ms)")
-        print(f"output : {text!r}   {'matches' if valid else 'DOES NOT MATCH'}, {len(new_tokens)} tokens in {seconds:.1f} s\n")
+        print(
+            f"output : {text!r}   {'matches' if valid else 'DOES NOT MATCH'}, "
+            f"{len(new_tokens)} tokens in {seconds:.1f} s\n"
+        )
     return 1 if failures else 0
 
 

@@ -98,8 +98,8 @@ class GrammarSyntaxError(GrammarError):
 
 
 class DepthError(StructureError):
-    """The text nests deeper than :data:`~constrain.runtime.pushdown.MAX_STACK_DEPTH` rule calls: following it further is refused rather than
-    followed inexactly."""
+    """The text nests deeper than :data:`~constrain.runtime.pushdown.MAX_STACK_DEPTH` rule calls: following it
+    further is refused rather than followed inexactly."""
 
 
 class AmbiguityError(StructureError):

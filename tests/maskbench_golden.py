@@ -307,9 +307,7 @@ def _disarm(old) -> None:
         signal.signal(signal.SIGALRM, old)
 
 
-def compile_status(
-    schema: Any, vocab: Any, timeout: float | None = None, **options: Any
-) -> tuple[Any, dict[str, Any]]:
+def compile_status(schema: Any, vocab: Any, timeout: float | None = None, **options: Any) -> tuple[Any, dict[str, Any]]:
     """Compile ``schema`` (``options`` go to ``compile_json_schema``): (structure or None, ``{"status",
     "error"?}``). A JsonSchemaError is a refusal (``"time_limit"`` when it is the compiler's own time limit), any
     other exception a crash; with ``timeout`` (seconds, main thread only) a compile that runs longer is a

@@ -51,9 +51,8 @@ def test_a_short_real_compile_never_pauses(gemma_vocab, monkeypatch):
 
 
 def test_a_compile_refused_for_time_turns_the_collector_back_on():
-    with pytest.raises(CompileTimeout):
-        with deadline(compile_clock() + collector.PAUSE_AFTER * 2):
-            busy(collector.PAUSE_AFTER * 10)
+    with pytest.raises(CompileTimeout), deadline(compile_clock() + collector.PAUSE_AFTER * 2):
+        busy(collector.PAUSE_AFTER * 10)
     assert gc.isenabled()
 
 

@@ -56,7 +56,9 @@ def test_importing_an_integration_without_its_extra_names_the_extra(module, hidd
 
 
 def test_the_core_imports_without_any_extra():
-    code = _HIDE.replace("__import__(sys.argv[1])", "import constrain.compilers.api, constrain.runtime, constrain.kernels")
+    code = _HIDE.replace(
+        "__import__(sys.argv[1])", "import constrain.compilers.api, constrain.runtime, constrain.kernels"
+    )
     out = subprocess.run(
         [sys.executable, "-c", code, "x", "torch,transformers,llama_cpp,vllm,tiktoken,gguf"],
         capture_output=True,

@@ -37,8 +37,17 @@ def tiny_data(tmp_path):
     path = tmp_path / "tiny.jsonl.gz"
     with gzip.open(path, "wt", encoding="utf-8") as f:
         for i in range(10):
-            f.write(json.dumps({"name": f"s{i}.json", "meta": {}, "schema": {"type": "integer"},
-                                "tests": [{"description": "d", "valid": True, "data": i}]}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "name": f"s{i}.json",
+                        "meta": {},
+                        "schema": {"type": "integer"},
+                        "tests": [{"description": "d", "valid": True, "data": i}],
+                    }
+                )
+                + "\n"
+            )
     return path
 
 
@@ -62,8 +71,12 @@ def test_tokenise_tests_skips_what_cannot_round_trip():
         def decode(self, ids):
             return bytes(ids)
 
-    entry = {"tests": [{"description": "ok", "valid": True, "data": {"a": 1}},
-                       {"description": "surrogate", "valid": False, "data": "\ud800"}]}
+    entry = {
+        "tests": [
+            {"description": "ok", "valid": True, "data": {"a": 1}},
+            {"description": "surrogate", "valid": False, "data": "\ud800"},
+        ]
+    }
     tests = mb.tokenise_tests(entry, Tok(), Vocab())
     assert tests[0]["tokens"] == list(b'{"a":1}') and tests[0]["valid"] is True
     assert "tokens" not in tests[1] and "surrogate" in tests[1]["skip"]
@@ -147,8 +160,9 @@ def test_add_context_shows_the_refused_token():
 
 def test_classify_counts_both_kinds_of_error():
     tests = [{"valid": True}, {"valid": True}, {"valid": False}, {"valid": False}]
-    rec = {"tests": [{"outcome": "rejected"}, {"outcome": "accepted"}, {"outcome": "accepted"},
-                     {"outcome": "rejected"}]}
+    rec = {
+        "tests": [{"outcome": "rejected"}, {"outcome": "accepted"}, {"outcome": "accepted"}, {"outcome": "rejected"}]
+    }
     c = mb.classify(rec, tests)
     assert (c["valid_run"], c["validation_errors"], c["invalid_run"], c["invalidation_errors"]) == (2, 1, 2, 1)
 
@@ -157,11 +171,22 @@ def test_classify_counts_validation_errors_in_declared_order():
     # 0: rejected in its own order, accepted in the declared one; 1: the same text both ways, rejected;
     # 2: has a declared-order text but its pass did not finish (counted as in its own order); 3: declared order
     # rejected too; 4: invalid (never re-checked)
-    tests = [{"valid": True, "declared_tokens": 5}, {"valid": True}, {"valid": True, "declared_tokens": 5},
-             {"valid": True, "declared_tokens": 5}, {"valid": False}]
-    rec = {"tests": [{"outcome": "rejected", "declared_order": {"outcome": "accepted"}}, {"outcome": "rejected"},
-                     {"outcome": "accepted"}, {"outcome": "rejected", "declared_order": {"outcome": "rejected"}},
-                     {"outcome": "rejected"}]}
+    tests = [
+        {"valid": True, "declared_tokens": 5},
+        {"valid": True},
+        {"valid": True, "declared_tokens": 5},
+        {"valid": True, "declared_tokens": 5},
+        {"valid": False},
+    ]
+    rec = {
+        "tests": [
+            {"outcome": "rejected", "declared_order": {"outcome": "accepted"}},
+            {"outcome": "rejected"},
+            {"outcome": "accepted"},
+            {"outcome": "rejected", "declared_order": {"outcome": "rejected"}},
+            {"outcome": "rejected"},
+        ]
+    }
     c = mb.classify(rec, tests)
     assert (c["validation_errors"], c["validation_errors_declared_order"]) == (3, 2)
     assert (c["declared_checked"], c["declared_unchecked"], c["invalidation_errors"]) == (2, 1, 0)
@@ -169,9 +194,14 @@ def test_classify_counts_validation_errors_in_declared_order():
 
 def test_tokenise_tests_declared_order_with_gemma(gemma_tokenizer, gemma_vocab):
     schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}
-    entry = {"schema": schema, "tests": [{"description": "own order", "valid": True, "data": {"b": 1, "a": 2}},
-                                         {"description": "declared", "valid": True, "data": {"a": 2, "b": 1}},
-                                         {"description": "invalid", "valid": False, "data": {"b": "x", "a": 2}}]}
+    entry = {
+        "schema": schema,
+        "tests": [
+            {"description": "own order", "valid": True, "data": {"b": 1, "a": 2}},
+            {"description": "declared", "valid": True, "data": {"a": 2, "b": 1}},
+            {"description": "invalid", "valid": False, "data": {"b": "x", "a": 2}},
+        ],
+    }
     tests = mb.tokenise_tests(entry, gemma_tokenizer, gemma_vocab)
     assert gemma_vocab.decode(tests[0]["tokens"]) == b'{"b":1,"a":2}'
     assert gemma_vocab.decode(tests[0]["declared_tokens"]) == b'{"a":2,"b":1}'
@@ -180,10 +210,16 @@ def test_tokenise_tests_declared_order_with_gemma(gemma_tokenizer, gemma_vocab):
 
 
 def test_summary_markdown_and_label_disagreements():
-    tests = [[{"valid": True, "description": "a"}, {"valid": False, "description": "b"}], [{"valid": True,
-                                                                                            "description": "c"}]]
-    ok = {"status": "ok", "compile_s": 0.001, "ttfm_s": 0.002,
-          "tests": [{"outcome": "accepted"}, {"outcome": "accepted"}]}
+    tests = [
+        [{"valid": True, "description": "a"}, {"valid": False, "description": "b"}],
+        [{"valid": True, "description": "c"}],
+    ]
+    ok = {
+        "status": "ok",
+        "compile_s": 0.001,
+        "ttfm_s": 0.002,
+        "tests": [{"outcome": "accepted"}, {"outcome": "accepted"}],
+    }
     records = {"x": [ok, {"status": "timeout"}], "y": [dict(ok), {"status": "refused", "error": "E"}]}
     w = mb.Worker("x", {}, Path("."), 1.0)
     w.version, w.peak_mb, w.base_rss_mb, w.setup_s = "1", 100.0, [50.0], [1.0]
@@ -200,8 +236,14 @@ def test_summary_markdown_and_label_disagreements():
     assert "| 50 / 100 | – |" in text  # records without a per-schema peak (older runs): shown as "–"
     # records without the declared-order pass (written before it existed): no second count, shown as "–"
     assert s["validation_errors_declared_order"] is None and "| 0 / 1 | – | 1 / 1 |" in text
-    declared = [dict(ok, declared="ok", tests=[{"outcome": "rejected", "declared_order": {"outcome": "accepted"}},
-                                                {"outcome": "accepted"}]), {"status": "timeout"}]
+    declared = [
+        dict(
+            ok,
+            declared="ok",
+            tests=[{"outcome": "rejected", "declared_order": {"outcome": "accepted"}}, {"outcome": "accepted"}],
+        ),
+        {"status": "timeout"},
+    ]
     tests[0][0]["declared_tokens"] = 3
     s = mb.summarise("x", declared, tests, [1e-6], w)
     assert (s["validation_errors"], s["validation_errors_declared_order"], s["declared_checked"]) == (1, 0, 1)
@@ -238,8 +280,11 @@ def test_worker_timeout_crash_memory_and_restart(tmp_path):
 
 def test_worker_declared_order_pass_after_the_timed_record(tmp_path):
     w = mb.Worker("debug", {}, tmp_path, max_rss_mb=400)
-    tests = [{"valid": True, "tokens": [5], "declared_tokens": [6, 7, 8]}, {"valid": True, "tokens": [5, 6]},
-             {"valid": False, "tokens": [7]}]
+    tests = [
+        {"valid": True, "tokens": [5], "declared_tokens": [6, 7, 8]},
+        {"valid": True, "tokens": [5, 6]},
+        {"valid": False, "tokens": [7]},
+    ]
     try:
         for _ in range(2):  # the second job gets its own answer (the declared-order message was read, not left over)
             r = w.run({"type": "job", "schema": {}, "tests": tests}, timeout=30)
@@ -280,8 +325,9 @@ def test_worker_reports_what_each_schema_adds_to_the_resident_peak(tmp_path):
 def test_end_to_end_llguidance_three_schemas(tmp_path, capsys):
     pytest.importorskip("llguidance")
     out = tmp_path / "mb.json"
-    assert mb.main(["--limit", "3", "--engines", "llguidance", "--timeout", "120", "--json-out", str(out),
-                    "--quiet"]) == 0
+    assert (
+        mb.main(["--limit", "3", "--engines", "llguidance", "--timeout", "120", "--json-out", str(out), "--quiet"]) == 0
+    )
     table = capsys.readouterr().out
     assert "| llguidance " in table and "TTFM p50" in table and "--limit 3" in table
     data = json.loads(out.read_text())
@@ -302,8 +348,22 @@ def test_end_to_end_constrain_declared_order(tmp_path, capsys):
     # valid instances whose keys come in another order than the schema's: constrain rejects them as written (its
     # documented property order), and accepts every one of them in the declared order
     out = tmp_path / "mb.json"
-    assert mb.main(["--names", "Github_easy---o90953.json", "--engines", "constrain", "--timeout", "120",
-                    "--json-out", str(out), "--quiet"]) == 0
+    assert (
+        mb.main(
+            [
+                "--names",
+                "Github_easy---o90953.json",
+                "--engines",
+                "constrain",
+                "--timeout",
+                "120",
+                "--json-out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     table = capsys.readouterr().out
     s = json.loads(out.read_text())["summary"][0]
     assert s["compiled"] == 1 and s["valid_run"] == 2

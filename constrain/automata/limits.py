@@ -107,5 +107,3 @@ def check_deadline() -> None:
         limit.paused = True
     if clock > limit.at:
         raise CompileTimeout("building the automata ran past the time limit")
-
-

@@ -150,7 +150,7 @@ def _terminal_expr(terminal: TerminalDef) -> Literal | Regex:
             raise GrammarError(
                 f"terminal {name}: the lazy or possessive quantifier at position {where} of /{body}/ changes which "
                 f"match lark's lexer takes, so the terminal is not its regex's language; write the language of "
-                f"the matches instead (for a quoted string: /\"([^\"\\\\]|\\\\.)*\"/)"
+                f'the matches instead (for a quoted string: /"([^"\\\\]|\\\\.)*"/)'
             )
     regex = f"(?{kept}:{body})" if kept else body
     nfa = ByteNFA()
@@ -165,9 +165,7 @@ def _alt(options: Sequence[Expr]) -> Expr:
     return options[0] if len(options) == 1 else Alt(tuple(options))
 
 
-def _rule_body(
-    name: str, expansions: list[list[Symbol]], symbol: Callable[[Symbol], Expr], gap: Expr | None
-) -> Expr:
+def _rule_body(name: str, expansions: list[list[Symbol]], symbol: Callable[[Symbol], Expr], gap: Expr | None) -> Expr:
     """One rule's alternatives, ignored text between symbols, direct left recursion turned into a loop."""
 
     def factored(sequences: list[list[Symbol]]) -> Expr:

@@ -12,6 +12,16 @@ from constrain.decoding.transforms import (
 )
 
 __all__ = [
-    "PRESETS", "Sampler", "SamplingParams", "apply_logit_bias", "apply_penalties", "apply_structure_mask",
-    "beam_search", "log_softmax", "next_token_probs", "sample", "sample_from_probs", "softmax",
+    "PRESETS",
+    "Sampler",
+    "SamplingParams",
+    "apply_logit_bias",
+    "apply_penalties",
+    "apply_structure_mask",
+    "beam_search",
+    "log_softmax",
+    "next_token_probs",
+    "sample",
+    "sample_from_probs",
+    "softmax",
 ]

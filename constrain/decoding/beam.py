@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -82,7 +83,7 @@ def model_next_logits(model: Any, *, batch_size: int = 64) -> Callable[[list[lis
     def next_logits(prefixes: list[list[int]]) -> np.ndarray:
         outs = []
         for start in range(0, len(prefixes), batch_size):
-            chunk = prefixes[start:start + batch_size]
+            chunk = prefixes[start : start + batch_size]
             lengths = [len(p) for p in chunk]
             if min(lengths) == 0:
                 raise ShapeError("a transformers model needs a non-empty prompt (a BOS token at least)")
@@ -90,8 +91,8 @@ def model_next_logits(model: Any, *, batch_size: int = 64) -> Callable[[list[lis
             ids = torch.full((len(chunk), L), pad_id, dtype=torch.long)
             attn = torch.zeros((len(chunk), L), dtype=torch.long)
             for i, p in enumerate(chunk):
-                ids[i, L - len(p):] = torch.as_tensor(p, dtype=torch.long)
-                attn[i, L - len(p):] = 1
+                ids[i, L - len(p) :] = torch.as_tensor(p, dtype=torch.long)
+                attn[i, L - len(p) :] = 1
             kwargs = {"input_ids": ids.to(device)}
             if min(lengths) != L:  # left padding: mask it, and count positions from each row's first token
                 kwargs["attention_mask"] = attn.to(device)
@@ -173,8 +174,11 @@ def beam_search(
         raise BeamSearchError("num_beams", num_beams, "must be an int >= 1")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
         raise BeamSearchError("max_new_tokens", max_new_tokens, "must be an int >= 1")
-    if (isinstance(num_return_sequences, bool) or not isinstance(num_return_sequences, (int, np.integer))
-            or not 1 <= num_return_sequences <= num_beams):
+    if (
+        isinstance(num_return_sequences, bool)
+        or not isinstance(num_return_sequences, (int, np.integer))
+        or not 1 <= num_return_sequences <= num_beams
+    ):
         raise BeamSearchError("num_return_sequences", num_return_sequences, f"must be an int in [1, {num_beams}]")
     if not isinstance(length_penalty, (int, float)) or not math.isfinite(length_penalty):
         raise BeamSearchError("length_penalty", length_penalty, "must be a finite number")

@@ -1,12 +1,12 @@
-"""Sampling parameters: one immutable, validated :class:`SamplingParams` per row, and named presets.
-"""
+"""Sampling parameters: one immutable, validated :class:`SamplingParams` per row, and named presets."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -102,12 +102,12 @@ class SamplingParams:
         """True when this step takes the arg-max (temperature 0)."""
         return self.temperature == 0.0
 
-    def replace(self, **changes: Any) -> "SamplingParams":
+    def replace(self, **changes: Any) -> SamplingParams:
         """A copy with some fields changed (validated again)."""
         return replace(self, **changes)
 
     @classmethod
-    def preset(cls, name: str, **overrides: Any) -> "SamplingParams":
+    def preset(cls, name: str, **overrides: Any) -> SamplingParams:
         """One of :data:`PRESETS` (``extraction``, ``code``, ``chat``, ``creative``), with optional overrides."""
         try:
             base = PRESETS[name]
@@ -151,10 +151,20 @@ class _Rows:
     """Per-row parameter arrays for a batch."""
 
     __slots__ = (
-        "n", "temperature", "top_k", "top_p", "min_p", "rep", "freq", "pres", "ngram", "bias", "any_penalty",
+        "n",
+        "temperature",
+        "top_k",
+        "top_p",
+        "min_p",
+        "rep",
+        "freq",
+        "pres",
+        "ngram",
+        "bias",
+        "any_penalty",
     )
 
-    def __init__(self, params: "SamplingParams | Sequence[SamplingParams] | None", n: int):
+    def __init__(self, params: SamplingParams | Sequence[SamplingParams] | None, n: int):
         if params is None:
             params = SamplingParams()
         if isinstance(params, SamplingParams):

@@ -43,7 +43,8 @@ Importing this module does not import torch.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -96,6 +97,7 @@ def _pipeline(logits: Any, params: Any, history: Any, mask: Any, backend: str, f
 
         def to_out(a: Any) -> Any:
             return a
+
     z, squeeze = _as_2d(z, fn)
     if z.shape[1] == 0:
         raise ShapeError(f"{fn}: logits have no columns")
@@ -104,7 +106,7 @@ def _pipeline(logits: Any, params: Any, history: Any, mask: Any, backend: str, f
     _apply_bias_inplace(z, rows)
     if mask is not None:
         # a NaN under a masked entry would hide behind -inf: check before masking
-        if (bool(z.isnan().any()) if _is_tensor(z) else np.isnan(z.max())):
+        if bool(z.isnan().any()) if _is_tensor(z) else np.isnan(z.max()):
             raise LogitsError(f"{fn}: logits contain NaN")
         _apply_mask_inplace(z, mask, squeeze)
     if _is_tensor(z):
@@ -115,7 +117,7 @@ def _pipeline(logits: Any, params: Any, history: Any, mask: Any, backend: str, f
 
 def next_token_probs(
     logits: Any,
-    params: "SamplingParams | Sequence[SamplingParams] | None" = None,
+    params: SamplingParams | Sequence[SamplingParams] | None = None,
     *,
     history: Any = None,
     mask: Any = None,
@@ -205,7 +207,7 @@ def _draw(P: Any, supports: list | None, u: np.ndarray) -> Any:
     return _draw_torch(P, u) if _is_tensor(P) else _draw_numpy(P, u, supports)
 
 
-def sample_from_probs(probs: Any, rng: "np.random.Generator | int | None" = None) -> Any:
+def sample_from_probs(probs: Any, rng: np.random.Generator | int | None = None) -> Any:
     """Draw one token per row from non-negative weights (need not sum to 1), by inverse CDF.
 
     ``rng``: a numpy ``Generator``, a seed, or None. Returns int64 ids ``(batch,)`` (a scalar for 1-D input), numpy
@@ -234,7 +236,7 @@ class Sampler:
 
     def __init__(
         self,
-        params: "SamplingParams | Sequence[SamplingParams] | None" = None,
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
         *,
         seed: int | None = None,
         backend: str = "auto",
@@ -248,9 +250,7 @@ class Sampler:
             self._row_rngs: dict[int, np.random.Generator] = {}
         else:
             self._rng = np.random.default_rng(seed)
-            self._row_rngs = {
-                i: np.random.default_rng(p.seed) for i, p in enumerate(self.params) if p.seed is not None
-            }
+            self._row_rngs = {i: np.random.default_rng(p.seed) for i, p in enumerate(self.params) if p.seed is not None}
 
     def _uniforms(self, n: int) -> np.ndarray:
         if not self._row_rngs:
@@ -279,11 +279,11 @@ class Sampler:
 
 def sample(
     logits: Any,
-    params: "SamplingParams | Sequence[SamplingParams] | None" = None,
+    params: SamplingParams | Sequence[SamplingParams] | None = None,
     *,
     history: Any = None,
     mask: Any = None,
-    rng: "np.random.Generator | int | None" = None,
+    rng: np.random.Generator | int | None = None,
     backend: str = "auto",
 ) -> Any:
     """One-shot: the whole pipeline and one draw per row. ``rng``: a numpy ``Generator`` or a seed used for every

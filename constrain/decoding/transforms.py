@@ -7,7 +7,8 @@ tensors alike; the order in which a decoding step applies them is fixed in :mod:
 from __future__ import annotations
 
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -139,7 +140,7 @@ def _penalty_plan(rows: _Rows, history: Any, squeeze: bool, vocab: int):
         _check_ids(h, vocab, "history")
         if size > 1:
             windows = np.lib.stride_tricks.sliding_window_view(h, size)
-            prefix = h[h.size - size + 1:]
+            prefix = h[h.size - size + 1 :]
             hit = np.all(windows[:, :-1] == prefix, axis=1)
             toks = np.unique(windows[hit, -1])
         else:
@@ -245,7 +246,7 @@ def _apply_mask_inplace(z: Any, mask: Any, squeeze: bool) -> None:
 
 
 def apply_penalties(
-    logits: Any, history: Any, params: "SamplingParams | Sequence[SamplingParams]", *, inplace: bool = False
+    logits: Any, history: Any, params: SamplingParams | Sequence[SamplingParams], *, inplace: bool = False
 ) -> Any:
     """Repetition, frequency, presence and no-repeat n-gram penalties, in that order, on raw logits.
 
@@ -257,7 +258,7 @@ def apply_penalties(
     return _finish(z, squeeze, logits, inplace)
 
 
-def apply_logit_bias(logits: Any, params: "SamplingParams | Sequence[SamplingParams]", *, inplace: bool = False) -> Any:
+def apply_logit_bias(logits: Any, params: SamplingParams | Sequence[SamplingParams], *, inplace: bool = False) -> Any:
     """Add each row's ``logit_bias`` (a bias of ``-inf`` bans the token)."""
     z, squeeze = _prepare(logits, inplace, "apply_logit_bias")
     _apply_bias_inplace(z, _Rows(params, z.shape[0]))

@@ -297,8 +297,14 @@ def _probs_numpy(z: np.ndarray, rows: _Rows) -> tuple[np.ndarray, list | None]:
     out = np.zeros((n, V), dtype=z.dtype)
     supports: list = [None] * n
     for r in range(n):
-        res = _row_support(z[r], float(m[r]), float(rows.temperature[r]), int(rows.top_k[r]), float(rows.top_p[r]),
-                           float(rows.min_p[r]))
+        res = _row_support(
+            z[r],
+            float(m[r]),
+            float(rows.temperature[r]),
+            int(rows.top_k[r]),
+            float(rows.top_p[r]),
+            float(rows.min_p[r]),
+        )
         if res is None:
             row = z[r]
             row -= m[r]
@@ -322,8 +328,10 @@ def _probs_torch(z: Any, rows: _Rows) -> Any:
     if np.isnan(m_np).any():
         raise LogitsError(f"logits row {int(np.flatnonzero(np.isnan(m_np))[0])} contains NaN")
     if (m_np == -np.inf).any():
-        raise DeadEndError(f"no token is allowed in row {int(np.flatnonzero(m_np == -np.inf)[0])}: every logit is "
-                           "-inf after the structure mask and the penalties")
+        raise DeadEndError(
+            f"no token is allowed in row {int(np.flatnonzero(m_np == -np.inf)[0])}: every logit is "
+            "-inf after the structure mask and the penalties"
+        )
     posinf = m_np == np.inf
     if posinf.any():
         pr = torch.as_tensor(np.flatnonzero(posinf), device=z.device)

@@ -5,6 +5,17 @@ from constrain.grammar.ir import Alt, Automaton, Expr, Grammar, Literal, Ref, Re
 from constrain.grammar.rules import Pushdown, build_pushdown
 
 __all__ = [
-    "Alt", "Automaton", "Expr", "Grammar", "GrammarError", "Literal", "Pushdown", "Ref", "Regex", "Repeat", "Seq",
-    "build_pushdown", "shared",
+    "Alt",
+    "Automaton",
+    "Expr",
+    "Grammar",
+    "GrammarError",
+    "Literal",
+    "Pushdown",
+    "Ref",
+    "Regex",
+    "Repeat",
+    "Seq",
+    "build_pushdown",
+    "shared",
 ]

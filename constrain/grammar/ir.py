@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Union
 
 from constrain.automata.dfa import ByteDFA
 from constrain.errors import GrammarError
@@ -111,7 +110,7 @@ class Automaton:
         return f"Automaton({self.dfa.num_states} states, {self._key.hex()[:12]})"
 
 
-Expr = Union[Literal, Regex, Ref, Seq, Alt, Repeat, Automaton]
+Expr = Literal | Regex | Ref | Seq | Alt | Repeat | Automaton
 
 
 def shared(expr: Seq | Alt) -> Seq | Alt:

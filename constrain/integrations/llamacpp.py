@@ -51,8 +51,8 @@ How llama-cpp-python (0.3.x) calls a processor, and what this module does with i
   ``input_ids`` and still passes the processor every evaluated draft token, so the position being sampled is
   unknown; :func:`processor_for_llama` refuses such a model.
 
-Vocabulary (:func:`vocabulary_from_llama`): a constrain :class:`~constrain.vocab.vocabulary.Vocabulary` must give every id
-the bytes llama.cpp gives it. By default it is read from llama.cpp itself (``llama_token_to_piece`` without
+Vocabulary (:func:`vocabulary_from_llama`): a constrain :class:`~constrain.vocab.vocabulary.Vocabulary` must give
+every id the bytes llama.cpp gives it. By default it is read from llama.cpp itself (``llama_token_to_piece`` without
 special rendering, the token attributes, ``llama_vocab_is_eog``), which is exact for any GGUF; it is cached on disk
 under a key of the GGUF file (path, size, modification time) and in memory per model. Given a ``tokenizer``
 instead (for Gemma, :func:`constrain.models.load_gemma_tokenizer`), the vocabulary is built from the tokenizer
@@ -377,7 +377,7 @@ class _LlamaTokens:
 
 
 # Per model: the vocabulary read from llama.cpp and the regexes compiled for it (bounded).
-_memo: "weakref.WeakKeyDictionary[Any, dict[str, Any]]" = weakref.WeakKeyDictionary()
+_memo: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
 _memo_lock = threading.Lock()
 
 
@@ -424,8 +424,7 @@ def _read_llama_vocabulary(tokens: _LlamaTokens) -> Vocabulary:
             pieces[i] = piece
     if not eos:
         raise VocabularyError("llama.cpp names no end-of-generation token for this model: generation could not stop")
-    return Vocabulary.from_token_bytes(pieces, eos_ids=eos, special_ids=special, kind="llama.cpp",
-                                       special_names=names)
+    return Vocabulary.from_token_bytes(pieces, eos_ids=eos, special_ids=special, kind="llama.cpp", special_names=names)
 
 
 def vocabulary_from_llama(

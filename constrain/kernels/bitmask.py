@@ -20,7 +20,8 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numba
 import numpy as np
@@ -167,7 +168,7 @@ _torch_float_names: dict[Any, str] = {}
 
 
 def _torch_float_name(torch: Any, dtype: Any) -> str | None:
-    """"float16" / "bfloat16" / "float32" / "float64" for a torch float dtype, else None."""
+    """ "float16" / "bfloat16" / "float32" / "float64" for a torch float dtype, else None."""
     if not _torch_float_names:
         _torch_float_names.update(
             {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32", torch.float64: "float64"}
@@ -204,9 +205,7 @@ def _bitmask_to_numpy(bitmask: Any, fn: str) -> np.ndarray:
         return bitmask
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(bitmask, torch.Tensor):
-        raise ShapeError(
-            f"{fn}: bitmask must be a numpy array or torch tensor of int32, got {type(bitmask).__name__}"
-        )
+        raise ShapeError(f"{fn}: bitmask must be a numpy array or torch tensor of int32, got {type(bitmask).__name__}")
     if bitmask.dtype != torch.int32:
         raise ShapeError(f"{fn}: bitmask must have dtype int32, got {_dtype_name(bitmask)} (shape {_shape(bitmask)})")
     arr = bitmask.detach() if bitmask.requires_grad else bitmask
@@ -419,8 +418,7 @@ def apply_token_bitmask(logits: Any, bitmask: Any, *, indices: Sequence[int] | N
         name = _NUMPY_FLOATS.get(logits.dtype)
         if name is None:
             raise ShapeError(
-                f"{fn}: logits must be a float16, float32 or float64 array, got {logits.dtype} "
-                f"(shape {_shape(logits)})"
+                f"{fn}: logits must be a float16, float32 or float64 array, got {logits.dtype} (shape {_shape(logits)})"
             )
         if not logits.flags.writeable:
             raise ShapeError(f"{fn}: logits (shape {_shape(logits)}) is read-only; the mask is applied in place")

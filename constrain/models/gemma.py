@@ -185,9 +185,7 @@ def _ensure_converted() -> Path:
     return folder
 
 
-def load_default_model(
-    *, dtype: torch.dtype | None = None, device: str | torch.device = "cpu"
-) -> tuple[Any, Any]:
+def load_default_model(*, dtype: torch.dtype | None = None, device: str | torch.device = "cpu") -> tuple[Any, Any]:
     """Gemma 3 270M (base) as a transformers causal LM in eval mode, and its tokenizer.
 
     ``dtype`` defaults to ``torch.float32`` (faster than bfloat16 on CPU here, see the module docstring).

@@ -138,8 +138,15 @@ def load_cl100k_byte_level() -> Any:
                 for s, i in enc._special_tokens.items():  # in the model vocab too, or tokenizers renumbers them
                     spec["model"]["vocab"][s] = i
                 spec["added_tokens"] = [
-                    {"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
-                     "normalized": False, "special": True}
+                    {
+                        "id": i,
+                        "content": s,
+                        "single_word": False,
+                        "lstrip": False,
+                        "rstrip": False,
+                        "normalized": False,
+                        "special": True,
+                    }
                     for s, i in sorted(enc._special_tokens.items(), key=lambda kv: kv[1])
                 ]
                 tok = Tokenizer.from_str(json.dumps(spec))

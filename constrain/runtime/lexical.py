@@ -449,8 +449,19 @@ class LexicalMasks:
 
 @njit(cache=True, nogil=True)
 def _removed_nodes(
-    trans, accepting, hashes, state, base_trans, base_accepting, base_hashes, base_state, node_key, node_next,
-    root_children, depth_cap, out,
+    trans,
+    accepting,
+    hashes,
+    state,
+    base_trans,
+    base_accepting,
+    base_hashes,
+    base_state,
+    node_key,
+    node_next,
+    root_children,
+    depth_cap,
+    out,
 ):
     """The trie nodes (into ``out``) where ``state`` of a DFA less some words rejects what ``base_state`` of the
     DFA they were removed from accepts, reading both side by side down the trie and skipping every subtree where
@@ -502,9 +513,32 @@ def _clear_node_tokens(words, nodes, node_token_ptr, token_ids):
 
 @njit(cache=True, nogil=True)
 def _walk_lexical(
-    trans, accepting, hashes, state, first_nodes, first_bytes, lender_of, lender_words, main_live, small_whole,
-    subtree_slot, subtree_words, small_words, node_key, node_next, node_token_ptr, token_ids, depth_cap, out, pops,
-    depth2_nodes, deep_after, deep_words, deep_pops, deep_pops_ptr, deep_used,
+    trans,
+    accepting,
+    hashes,
+    state,
+    first_nodes,
+    first_bytes,
+    lender_of,
+    lender_words,
+    main_live,
+    small_whole,
+    subtree_slot,
+    subtree_words,
+    small_words,
+    node_key,
+    node_next,
+    node_token_ptr,
+    token_ids,
+    depth_cap,
+    out,
+    pops,
+    depth2_nodes,
+    deep_after,
+    deep_words,
+    deep_pops,
+    deep_pops_ptr,
+    deep_used,
 ):
     """The walk of a call-free state: a plain DFA walk that records, as pops, the trie nodes with children where
     the state is accepting. A first-byte subtree with a lender (``lender_of[j] >= 0``) is not walked: its tokens
@@ -657,7 +691,17 @@ _BULK_LENT_TOKENS = 2048
 
 @njit(cache=True, nogil=True)
 def _assign_deep_lenders(
-    trans, hashes, after_first, p, end, slot, node_key, node_next, node_token_ptr, depth2_nodes, deep_after,
+    trans,
+    hashes,
+    after_first,
+    p,
+    end,
+    slot,
+    node_key,
+    node_next,
+    node_token_ptr,
+    depth2_nodes,
+    deep_after,
     lender_at,
 ):
     """Fill ``lender_at`` for the two-byte nodes ``depth2_nodes[p:]`` below ``end`` (one first-byte subtree, the
@@ -672,9 +716,9 @@ def _assign_deep_lenders(
         s = trans[after_first, node_key[i] & 255]
         lender = -1
         if s >= 0:
-            for l in range(num_deep):
-                if deep_after[l, q] == hashes[s]:
-                    lender = l
+            for d in range(num_deep):
+                if deep_after[d, q] == hashes[s]:
+                    lender = d
                     break
         lender_at[q] = lender
         if lender >= 0:

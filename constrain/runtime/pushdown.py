@@ -271,7 +271,7 @@ def _call_edges(calls, widths, sizes, offsets, callee_start):
     at = 0
     for r in range(sizes.shape[0]):
         for s in range(sizes[r]):
-            for k in range(widths[r]):
+            for _ in range(widths[r]):
                 if calls[at] >= 0:
                     ptr[offsets[r] + s + 1] += 1
                 at += 1
@@ -281,7 +281,7 @@ def _call_edges(calls, widths, sizes, offsets, callee_start):
     returns = np.empty(ptr[total], dtype=np.int32)
     at, column, edge = 0, 0, 0
     for r in range(sizes.shape[0]):
-        for s in range(sizes[r]):
+        for _ in range(sizes[r]):
             for k in range(widths[r]):
                 t = calls[at]
                 if t >= 0:
@@ -395,7 +395,9 @@ class PushdownMasks(MaskCache):
 class GrammarStructure(CompiledStructure):
     """A context-free structure: a pushdown automaton with one DFA per grammar rule."""
 
-    def __init__(self, pushdown: Pushdown, vocab: Vocabulary, *, source: str = "", cache_bytes: int = DEFAULT_CACHE_BYTES):
+    def __init__(
+        self, pushdown: Pushdown, vocab: Vocabulary, *, source: str = "", cache_bytes: int = DEFAULT_CACHE_BYTES
+    ):
         super().__init__(vocab, source=source)
         self.pushdown = pushdown
         self.machine = Machine.from_pushdown(pushdown)
@@ -413,7 +415,9 @@ class GrammarStructure(CompiledStructure):
         return f"GrammarStructure({self.source!r}, rules={rules}, states={states}, vocab={self.vocab.size:,})"
 
 
-def compile_grammar(grammar: Grammar, vocab: Vocabulary, *, deadline: float | None = None, **options) -> GrammarStructure:
+def compile_grammar(
+    grammar: Grammar, vocab: Vocabulary, *, deadline: float | None = None, **options
+) -> GrammarStructure:
     """Compile a grammar (the IR of :mod:`constrain.grammar`) for ``vocab``; ``options``: ``cache_bytes``;
     ``deadline``: see :func:`~constrain.grammar.rules.build_pushdown`."""
     return GrammarStructure(build_pushdown(grammar, deadline=deadline), vocab, source=grammar.start, **options)
@@ -421,8 +425,20 @@ def compile_grammar(grammar: Grammar, vocab: Vocabulary, *, deadline: float | No
 
 @njit(cache=True, nogil=True)
 def _expand(
-    accepting, call_ptr, call_start, call_return, pool_state, pool_parent, pool_top,
-    in_state, in_parent, n, out_state, out_parent, work_state, work_parent,
+    accepting,
+    call_ptr,
+    call_start,
+    call_return,
+    pool_state,
+    pool_parent,
+    pool_top,
+    in_state,
+    in_parent,
+    n,
+    out_state,
+    out_parent,
+    work_state,
+    work_parent,
 ):
     """Closure of the configurations ``(in_state[j], in_parent[j])`` for j < n into ``out_*``: pushes allocate
     the caller's return frame in the pool from ``pool_top``. Returns (count, new pool top); count -1 when a
@@ -468,15 +484,32 @@ def _expand(
 
 @njit(cache=True, nogil=True)
 def _close_level(
-    d, accepting, call_ptr, call_start, call_return, pool_state, pool_parent, level_state, level_parent, level_n,
-    closed_state, closed_parent, closed_n, pool_mark, closed_mark, work_state, work_parent,
+    d,
+    accepting,
+    call_ptr,
+    call_start,
+    call_return,
+    pool_state,
+    pool_parent,
+    level_state,
+    level_parent,
+    level_n,
+    closed_state,
+    closed_parent,
+    closed_n,
+    pool_mark,
+    closed_mark,
+    work_state,
+    work_parent,
 ):
     """Compute ``closed[d]``, the closure of ``level[d]``; False when the configurations outgrow the bounds.
     Configurations that can neither call nor return are their own closure; the walk's inner loop tests that
     itself (a call per trie node, its array arguments reference-counted each time, made a whole-vocabulary walk
     ten times slower), so this is called where some configuration calls or returns, or once per range."""
     if _plain_level(d, accepting, call_ptr, level_state, level_n):
-        _copy_level(d, level_state, level_parent, level_n, closed_state, closed_parent, closed_n, pool_mark, closed_mark)
+        _copy_level(
+            d, level_state, level_parent, level_n, closed_state, closed_parent, closed_n, pool_mark, closed_mark
+        )
         return True
     count, top = _expand(
         accepting, call_ptr, call_start, call_return, pool_state, pool_parent, pool_mark[d],
@@ -521,9 +554,28 @@ def _copy_level(d, level_state, level_parent, level_n, closed_state, closed_pare
 
 @njit(cache=True, nogil=True)
 def _walk_pushdown(
-    trans, accepting, call_ptr, call_start, call_return, top_state, top_parent, pool_used, pool_state,
-    pool_parent, node_key, node_next, node_token_ptr, token_ids, root_children, ranges, expand_base, out, pops,
-    work, levels, marks,
+    trans,
+    accepting,
+    call_ptr,
+    call_start,
+    call_return,
+    top_state,
+    top_parent,
+    pool_used,
+    pool_state,
+    pool_parent,
+    node_key,
+    node_next,
+    node_token_ptr,
+    token_ids,
+    root_children,
+    ranges,
+    expand_base,
+    out,
+    pops,
+    work,
+    levels,
+    marks,
 ):
     """Set in ``out`` the bit of every token whose bytes some configuration can read, over the trie subtrees in
     ``ranges``. Returns (True, the subtrees below the pop nodes, as :meth:`Machine.walk` does) when ``pops`` has

@@ -1,4 +1,4 @@
-"""Vocabularies: token id -> bytes for every tokenizer kind, the matchable tokens, end-of-sequence ids, the byte trie."""
+"""Vocabularies: token id -> bytes for every tokenizer kind, the matchable tokens, end-of-sequence ids, the trie."""
 
 from constrain.vocab.readers import (
     END_OF_TURN_TOKENS,
@@ -9,4 +9,11 @@ from constrain.vocab.readers import (
 from constrain.vocab.trie import TokenTrie
 from constrain.vocab.vocabulary import Vocabulary
 
-__all__ = ["END_OF_TURN_TOKENS", "EOS_TOKEN_NAMES", "NON_TEXT_ADDED_TOKENS", "TokenTrie", "Vocabulary", "bytes_to_unicode"]
+__all__ = [
+    "END_OF_TURN_TOKENS",
+    "EOS_TOKEN_NAMES",
+    "NON_TEXT_ADDED_TOKENS",
+    "TokenTrie",
+    "Vocabulary",
+    "bytes_to_unicode",
+]

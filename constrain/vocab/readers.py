@@ -41,7 +41,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Iterable, NamedTuple
+from collections.abc import Iterable
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -164,8 +165,9 @@ class _Source:
             return h.hexdigest()[:40]
         n = self.size
         stride = max(1, -(-n // KEY_SAMPLE))
-        ids = sorted(set(range(0, n, stride)).union(range(min(n, 1024)), range(max(0, n - 1024), n), self.pinned,
-                                                    self.special))
+        ids = sorted(
+            set(range(0, n, stride)).union(range(min(n, 1024)), range(max(0, n - 1024), n), self.pinned, self.special)
+        )
         at = self.string_at
         parts = []
         for i in ids:
@@ -210,8 +212,9 @@ class _Source:
         joined = "".join(toks)
         if not self.raw_ids and not joined.translate(_DELETE_ALPHABET):
             # Every character is in the alphabet: one translate for the whole vocabulary, one byte per character.
-            return np.fromiter(map(len, toks), np.int64, count=len(toks)), joined.translate(
-                _ALPHABET_TO_LATIN1).encode("latin-1")
+            return np.fromiter(map(len, toks), np.int64, count=len(toks)), joined.translate(_ALPHABET_TO_LATIN1).encode(
+                "latin-1"
+            )
         raw = self.raw_ids
 
         def one(i: int, s: str) -> bytes:
@@ -253,8 +256,13 @@ class _Source:
                     char_len[k] = 1
         joined = "".join(toks).replace(_SPIECE_SPACE, " ")
         cps = np.frombuffer(joined.encode("utf-32-le", errors="surrogatepass"), np.uint32)
-        per_char = (1 + (cps >= 0x80).astype(np.int64) + (cps >= 0x800) + (cps >= 0x10000)
-                    - 2 * ((cps >= 0xDC80) & (cps <= 0xDCFF)))
+        per_char = (
+            1
+            + (cps >= 0x80).astype(np.int64)
+            + (cps >= 0x800)
+            + (cps >= 0x10000)
+            - 2 * ((cps >= 0xDC80) & (cps <= 0xDCFF))
+        )
         starts = np.zeros(len(toks), np.int64)
         np.cumsum(char_len[:-1], out=starts[1:])
         lengths = np.add.reduceat(per_char, starts) if len(toks) else np.zeros(0, np.int64)
@@ -278,8 +286,9 @@ def _read_tokenizer(tok: Any, eos_ids: Iterable[int] | None) -> _Source:
         else:
             src = _read_slow(tok)
     else:
-        raise VocabularyError(f"cannot read a vocabulary from a {type(tok).__module__}.{type(tok).__qualname__}: "
-                              f"expected {_ACCEPTED}")
+        raise VocabularyError(
+            f"cannot read a vocabulary from a {type(tok).__module__}.{type(tok).__qualname__}: expected {_ACCEPTED}"
+        )
     size = src.size
     if eos_ids is not None:
         src.eos = sorted({_as_id(t, "eos id") for t in eos_ids})
@@ -312,8 +321,15 @@ def _read_tiktoken(enc: Any) -> _Source:
     for s, i in specials.items():
         strings[i] = s.encode("utf-8")
     eos = [specials["<|endoftext|>"]] if "<|endoftext|>" in specials else []
-    return _Source("tiktoken", size, strings.__getitem__, set(specials.values()), eos, strings=strings,
-                   detail=str(getattr(enc, "_pat_str", "")))
+    return _Source(
+        "tiktoken",
+        size,
+        strings.__getitem__,
+        set(specials.values()),
+        eos,
+        strings=strings,
+        detail=str(getattr(enc, "_pat_str", "")),
+    )
 
 
 def _decoder_parts(state: Any) -> list[dict]:
@@ -362,16 +378,20 @@ def _detect_kind(backend: Any) -> tuple[str, bool, str]:
                 raise VocabularyError(f"unsupported Metaspace replacement in the decoder: {p}")
             spiece = True
         elif t not in ("ByteFallback", "Fuse", "Strip"):
-            raise VocabularyError(f"cannot tell how this tokenizer's tokens map to bytes: decoder step {t!r} "
-                                  f"(decoder {types}); supported: byte-level BPE, SentencePiece style, tiktoken")
+            raise VocabularyError(
+                f"cannot tell how this tokenizer's tokens map to bytes: decoder step {t!r} "
+                f"(decoder {types}); supported: byte-level BPE, SentencePiece style, tiktoken"
+            )
     if spiece:
         return "sentencepiece", "ByteFallback" in types or model_fallback, detail
     if not parts:
         pre = _component_state(backend.pre_tokenizer)
         if pre and "ByteLevel" in json.dumps(pre):
             return "byte_level", False, json.dumps(pre, sort_keys=True)
-    raise VocabularyError(f"cannot tell how this tokenizer's tokens map to bytes: decoder {types or None}; "
-                          "supported: byte-level BPE, SentencePiece style (▁ / <0xNN>), tiktoken")
+    raise VocabularyError(
+        f"cannot tell how this tokenizer's tokens map to bytes: decoder {types or None}; "
+        "supported: byte-level BPE, SentencePiece style (▁ / <0xNN>), tiktoken"
+    )
 
 
 def _default_eos(string_at: Any, special: set[int], hf: Any) -> list[int]:
@@ -405,8 +425,12 @@ def _read_backend(backend: Any, hf: Any) -> _Source:
     string_at = backend.id_to_token
     eos = _default_eos(string_at, special, hf)
     detail = json.dumps(
-        [detail, type(backend.model).__name__, _component_state(backend.normalizer),
-         _component_state(backend.pre_tokenizer)],
+        [
+            detail,
+            type(backend.model).__name__,
+            _component_state(backend.normalizer),
+            _component_state(backend.pre_tokenizer),
+        ],
         sort_keys=True,
     )
     return _Source(kind, size, string_at, special, eos, pinned=added, byte_fallback=fallback, detail=detail)
@@ -450,8 +474,18 @@ def _read_slow(tok: Any) -> _Source:
         byte_ids.discard(i)
     special.update(i for i in getattr(tok, "all_special_ids", []) if i is not None and 0 <= i < size)
     eos = _default_eos(strings.__getitem__, special, tok)
-    return _Source(kind, size, strings.__getitem__, special, eos, strings=strings, pinned=added, raw_ids=raw,
-                   byte_ids=byte_ids, detail=detail)
+    return _Source(
+        kind,
+        size,
+        strings.__getitem__,
+        special,
+        eos,
+        strings=strings,
+        pinned=added,
+        raw_ids=raw,
+        byte_ids=byte_ids,
+        detail=detail,
+    )
 
 
 def _as_id(t: Any, what: str) -> int:
@@ -464,4 +498,3 @@ def _as_id(t: Any, what: str) -> int:
     if i < 0:
         raise VocabularyError(f"{what} must be >= 0, got {i}")
     return i
-

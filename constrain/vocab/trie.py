@@ -1,5 +1,4 @@
-"""The byte trie of a vocabulary: tokens sorted by bytes, packed into numpy arrays for the mask walks.
-"""
+"""The byte trie of a vocabulary: tokens sorted by bytes, packed into numpy arrays for the mask walks."""
 
 from __future__ import annotations
 

@@ -13,8 +13,9 @@ import hashlib
 import os
 import tempfile
 import zipfile
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -58,8 +59,18 @@ class Vocabulary:
     See the module docstring for how bytes are read and which tokens are matchable.
     """
 
-    __slots__ = ("size", "data", "offsets", "matchable", "eos_ids", "fingerprint", "trie", "kind",
-                 "special_names", "_blob")
+    __slots__ = (
+        "size",
+        "data",
+        "offsets",
+        "matchable",
+        "eos_ids",
+        "fingerprint",
+        "trie",
+        "kind",
+        "special_names",
+        "_blob",
+    )
 
     def __init__(
         self,
@@ -133,9 +144,7 @@ class Vocabulary:
         arr = arr.astype(np.int64, copy=False)
         bad = (arr < 0) | (arr >= self.size)
         if bad.any():
-            raise TokenError(
-                f"token id {int(arr[bad][0])} is out of range: this vocabulary has ids 0..{self.size - 1}"
-            )
+            raise TokenError(f"token id {int(arr[bad][0])} is out of range: this vocabulary has ids 0..{self.size - 1}")
         blob, off = self._blob, self.offsets
         return b"".join([blob[s:e] for s, e in zip(off[arr].tolist(), off[arr + 1].tolist())])
 
@@ -157,7 +166,7 @@ class Vocabulary:
         special_ids: Iterable[int] = (),
         kind: str = "synthetic",
         special_names: dict[int, str] | None = None,
-    ) -> "Vocabulary":
+    ) -> Vocabulary:
         """A vocabulary from each id's bytes (``None`` = hole). ``eos_ids`` and ``special_ids`` are never matchable;
         they may lie past the end of ``tokens`` (the vocabulary then grows to hold them)."""
         eos = sorted({_as_id(t, "eos id") for t in eos_ids})
@@ -170,9 +179,7 @@ class Vocabulary:
             if tok is None:
                 continue
             if not isinstance(tok, (bytes, bytearray, memoryview)):
-                raise VocabularyError(
-                    f"token {i} must be bytes or None, got {type(tok).__name__} {tok!r}"
-                )
+                raise VocabularyError(f"token {i} must be bytes or None, got {type(tok).__name__} {tok!r}")
             tok = bytes(tok)
             if i in blocked:
                 if tok and i not in names:
@@ -187,9 +194,16 @@ class Vocabulary:
 
     @classmethod
     def _assemble(
-        cls, size: int, ids: np.ndarray, lengths: np.ndarray, blob: bytes, eos_ids: np.ndarray, *, kind: str,
+        cls,
+        size: int,
+        ids: np.ndarray,
+        lengths: np.ndarray,
+        blob: bytes,
+        eos_ids: np.ndarray,
+        *,
+        kind: str,
         special_names: dict[int, str],
-    ) -> "Vocabulary":
+    ) -> Vocabulary:
         """From the matchable ``ids`` (ascending), their byte ``lengths`` and their bytes concatenated in that order."""
         ids = np.asarray(ids, np.int64)
         all_lengths = np.zeros(size, np.int64)
@@ -207,17 +221,22 @@ class Vocabulary:
     @classmethod
     def _from_byte_list(
         cls, byte_list: Sequence[bytes], eos_ids: np.ndarray, *, kind: str, special_names: dict[int, str]
-    ) -> "Vocabulary":
+    ) -> Vocabulary:
         ids = [i for i, b in enumerate(byte_list) if b]
         toks = [byte_list[i] for i in ids]
         lengths = np.fromiter(map(len, toks), np.int64, count=len(toks))
-        return cls._assemble(len(byte_list), np.asarray(ids, np.int64), lengths, b"".join(toks), eos_ids,
-                             kind=kind, special_names=special_names)
+        return cls._assemble(
+            len(byte_list),
+            np.asarray(ids, np.int64),
+            lengths,
+            b"".join(toks),
+            eos_ids,
+            kind=kind,
+            special_names=special_names,
+        )
 
     @classmethod
-    def from_tokenizer(
-        cls, tokenizer: Any, *, eos_ids: Iterable[int] | None = None, cache: bool = True
-    ) -> "Vocabulary":
+    def from_tokenizer(cls, tokenizer: Any, *, eos_ids: Iterable[int] | None = None, cache: bool = True) -> Vocabulary:
         """The vocabulary of a transformers tokenizer (fast or slow), a ``tokenizers.Tokenizer`` or a
         ``tiktoken.Encoding``; anything else raises VocabularyError, as does a tokenizer whose decoder says neither
         byte-level BPE nor SentencePiece style.
@@ -293,7 +312,7 @@ class Vocabulary:
         return path
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "Vocabulary":
+    def load(cls, path: str | os.PathLike) -> Vocabulary:
         """Read a file written by :meth:`save`; the fingerprint is checked against the arrays."""
         try:
             with np.load(path, allow_pickle=False) as z:
@@ -307,15 +326,22 @@ class Vocabulary:
                     f"{os.fspath(path)!r} holds vocabulary format {version}, this version reads {FORMAT_VERSION}"
                 )
             trie = TokenTrie(
-                a["trie_node_byte"], a["trie_node_depth"], a["trie_node_next"], a["trie_node_token_ptr"],
+                a["trie_node_byte"],
+                a["trie_node_depth"],
+                a["trie_node_next"],
+                a["trie_node_token_ptr"],
                 a["trie_token_ids"],
             )
             n = trie.node_byte.shape[0]
             shapes_ok = (
-                trie.node_byte.dtype == np.uint8 and trie.node_depth.dtype == np.int32
-                and trie.node_next.dtype == np.int32 and trie.node_token_ptr.dtype == np.int32
-                and trie.token_ids.dtype == np.int32 and trie.node_depth.shape == (n,)
-                and trie.node_next.shape == (n,) and trie.node_token_ptr.shape == (n + 1,)
+                trie.node_byte.dtype == np.uint8
+                and trie.node_depth.dtype == np.int32
+                and trie.node_next.dtype == np.int32
+                and trie.node_token_ptr.dtype == np.int32
+                and trie.token_ids.dtype == np.int32
+                and trie.node_depth.shape == (n,)
+                and trie.node_next.shape == (n,)
+                and trie.node_token_ptr.shape == (n + 1,)
                 and trie.token_ids.shape == (int(a["matchable"].sum()),)
             )
             if not shapes_ok:
@@ -327,8 +353,9 @@ class Vocabulary:
                 for k, i in enumerate(a["special_ids"].tolist())
             }
             stored = str(a["fingerprint"])
-            vocab = cls(a["data"], a["offsets"], a["matchable"], a["eos_ids"], trie, kind=str(a["kind"]),
-                        special_names=names)
+            vocab = cls(
+                a["data"], a["offsets"], a["matchable"], a["eos_ids"], trie, kind=str(a["kind"]), special_names=names
+            )
         except KeyError as e:
             raise VocabularyError(f"{os.fspath(path)!r} is not a saved vocabulary: missing {e}") from e
         if vocab.fingerprint != stored:

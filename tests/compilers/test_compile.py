@@ -43,7 +43,12 @@ class Pair:
     "spec, kind, good, bad",
     [
         (r"\d{4}-\d{2}", "auto", "2024-05", "2024-5"),
-        ({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}, "auto", '{"a":12}', '{"a":"x"}'),
+        (
+            {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+            "auto",
+            '{"a":12}',
+            '{"a":"x"}',
+        ),
         ('{"type": "array", "items": {"type": "boolean"}}', "json_schema", "[true,false]", "[1]"),
         (Point, "auto", '{"x":1,"y":-2}', '{"x":1}'),
         (Pair, "auto", '{"name":"ab","count":3}', '{"name":3,"count":3}'),
@@ -113,7 +118,12 @@ def test_the_cache_is_bounded(cl100k_vocab):
         (["a", 1], {}, StructureError, "choice 1 must be a string"),
         ("a(b", {}, RegexError, "position"),
         ("start: (", {"kind": "lark"}, GrammarSyntaxError, "line 1"),
-        ({"type": "object", "required": ["a"], "properties": {"a": False}}, {}, constrain.JsonSchemaError, "/properties/a"),
+        (
+            {"type": "object", "required": ["a"], "properties": {"a": False}},
+            {},
+            constrain.JsonSchemaError,
+            "/properties/a",
+        ),
     ],
 )
 def test_bad_specs_raise_typed_errors_that_name_the_place(cl100k_vocab, spec, options, error, message):

@@ -54,7 +54,7 @@ def test_a_regular_grammar_equals_its_regex_on_every_short_string():
 
 def test_escapes_in_strings_and_classes():
     structure = compile_gbnf(r'root ::= "\n\t\r\\\"\[\]\-\x41\u00e9\U0001F600" [\x00-\x1F\]\-a-c\u00e9-\u00ea]', BYTES)
-    head = "\n\t\r\\\"[]-A\u00e9\U0001F600"
+    head = '\n\t\r\\"[]-A\u00e9\U0001f600'
     members = {chr(c) for c in range(0x20)} | set("]-abc\u00e9\u00ea")
     for code in list(range(0x300)) + [0x1F600, 0x10FFFF]:
         assert accepts_text(structure, head + chr(code)) == (chr(code) in members), hex(code)
@@ -68,8 +68,27 @@ def test_classes_are_exact_over_unicode():
         r"[^\x00-\x7F\u00e9]": lambda c: ord(c) > 0x7F and c != "\u00e9",
         r"[\uD7FF-\uE000]": lambda c: ord(c) in (0xD7FF, 0xE000),  # the surrogates between are left out
     }
-    probes = [chr(c) for c in [0, 0x41, 0x61, 0x7F, 0x80, 0xE9, 0xFF, 0x100, 0x7FF, 0x800, 0xD7FF, 0xE000, 0xFFFF,
-                               0x10000, 0x1F600, 0x10FFFF]]
+    probes = [
+        chr(c)
+        for c in [
+            0,
+            0x41,
+            0x61,
+            0x7F,
+            0x80,
+            0xE9,
+            0xFF,
+            0x100,
+            0x7FF,
+            0x800,
+            0xD7FF,
+            0xE000,
+            0xFFFF,
+            0x10000,
+            0x1F600,
+            0x10FFFF,
+        ]
+    ]
     for body, member in cases.items():
         structure = compile_gbnf(f"root ::= {body}", BYTES)
         for c in probes:
@@ -131,12 +150,12 @@ def random_json(rng: random.Random, depth: int = 0):
     if kind == "str":
         return random_string(rng)
     if kind == "num":
-        return rng.choice([0, -1, 17, 3.25, -0.5e-7, 1e21, rng.randint(-10**6, 10**6)])
+        return rng.choice([0, -1, 17, 3.25, -0.5e-7, 1e21, rng.randint(-(10**6), 10**6)])
     return rng.choice([True, False, None])
 
 
 def random_string(rng: random.Random) -> str:
-    return "".join(rng.choice('ab "\\/\n\t\u00e9\u2028\U0001F600\x01') for _ in range(rng.randint(0, 5)))
+    return "".join(rng.choice('ab "\\/\n\t\u00e9\u2028\U0001f600\x01') for _ in range(rng.randint(0, 5)))
 
 
 def spaced(text: str, rng: random.Random) -> str:
@@ -190,8 +209,10 @@ def test_gemma_random_walks_under_the_mask_produce_json(gemma_vocab):
             allowed = matcher.allowed_tokens()
             assert len(allowed), "dead end"
             # the mask agrees with reading each token, on a sample of allowed and other tokens
-            sample = np.union1d(rng.choice(allowed, min(40, len(allowed)), replace=False),
-                                rng.choice(gemma_vocab.size, 40, replace=False))
+            sample = np.union1d(
+                rng.choice(allowed, min(40, len(allowed)), replace=False),
+                rng.choice(gemma_vocab.size, 40, replace=False),
+            )
             in_mask = np.isin(sample, allowed)
             read = brute_force_mask(matcher, sample.tolist())
             for token, expected in zip(sample.tolist(), in_mask.tolist()):
@@ -224,7 +245,7 @@ def test_gemma_random_walks_under_the_mask_produce_json(gemma_vocab):
         ('root ::= "\\x4"', 1, 11, "'\\x' needs 2 hex digits"),
         ('root ::= "\\U00110000"', 1, 11, "beyond U+10FFFF"),
         ('root ::= "\\uD800"', 1, 11, "surrogate"),
-        ("root ::= (\n  \"a\"\n", 3, 1, "expecting ')' for the '(' at line 1, column 10"),
+        ('root ::= (\n  "a"\n', 3, 1, "expecting ')' for the '(' at line 1, column 10"),
         ('root := "a"', 1, 6, "expecting '::='"),
         ("::= x", 1, 1, "expecting a rule name"),
         ('root ::= * "a"', 1, 10, "'*' needs an item before it"),

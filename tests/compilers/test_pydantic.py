@@ -8,9 +8,10 @@ import enum
 import ipaddress
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Annotated, Any, Callable, Literal, Optional, Union
+from typing import Annotated, Any, Literal, NotRequired, Optional, Union
 
 import numpy as np
 import pytest
@@ -34,7 +35,7 @@ from pydantic import (
     conlist,
     constr,
 )
-from typing_extensions import NotRequired, TypedDict
+from typing_extensions import TypedDict
 
 import constrain
 from constrain.compilers.pydantic import compile_pydantic, parse, pydantic_schema
@@ -220,7 +221,7 @@ def _cases() -> dict[str, tuple[Any, list[Any], list[str]]]:
         address={"street": "x", "zip": "12345"},
     )
     temporal = Temporal(
-        when=datetime.datetime(2024, 2, 29, 13, 45, 30, 123000, tzinfo=datetime.timezone.utc),
+        when=datetime.datetime(2024, 2, 29, 13, 45, 30, 123000, tzinfo=datetime.UTC),
         day=datetime.date(1999, 12, 31),
         at=datetime.time(8, 30, tzinfo=datetime.timezone(datetime.timedelta(hours=-5))),
         took=datetime.timedelta(days=2, hours=3),

@@ -93,12 +93,28 @@ def test_full_beam_equals_exhaustive_search(length_penalty, seed):
     B = V**t
     expected = exhaustive(model.logits, [7], V, t, eos, length_penalty)
     n = min(B, len(expected), 20)
-    hyps = beam_search(model, [7], num_beams=B, max_new_tokens=t, eos_token_id=3,
-                       length_penalty=length_penalty, num_return_sequences=n, early_stopping=False)
+    hyps = beam_search(
+        model,
+        [7],
+        num_beams=B,
+        max_new_tokens=t,
+        eos_token_id=3,
+        length_penalty=length_penalty,
+        num_return_sequences=n,
+        early_stopping=False,
+    )
     assert_same(hyps, expected[:n])
     # early stopping changes nothing (the bound is exact)
-    hyps2 = beam_search(model, [7], num_beams=B, max_new_tokens=t, eos_token_id=3,
-                        length_penalty=length_penalty, num_return_sequences=n, early_stopping=True)
+    hyps2 = beam_search(
+        model,
+        [7],
+        num_beams=B,
+        max_new_tokens=t,
+        eos_token_id=3,
+        length_penalty=length_penalty,
+        num_return_sequences=n,
+        early_stopping=True,
+    )
     assert_same(hyps2, expected[:n])
 
 
@@ -210,8 +226,9 @@ def test_torch_logits_are_accepted():
 @pytest.fixture(scope="module")
 def tiny_lm():
     torch.manual_seed(0)
-    config = transformers.GPT2Config(vocab_size=5, n_positions=16, n_embd=16, n_layer=1, n_head=2,
-                                     bos_token_id=0, eos_token_id=4)
+    config = transformers.GPT2Config(
+        vocab_size=5, n_positions=16, n_embd=16, n_layer=1, n_head=2, bos_token_id=0, eos_token_id=4
+    )
     model = transformers.GPT2LMHeadModel(config).eval()
     with torch.no_grad():  # spread the logits so the ranking is clear
         model.lm_head.weight.mul_(20.0)
@@ -292,9 +309,10 @@ def test_constrained_full_beam_equals_exhaustive_masked_search(seed):
     # limit whose text is already a complete match
     expected = [e for e in exhaustive(model.logits, [], V, t, {EOS}, 1.0, allowed_fn) if e[3] or accepting(e[1])]
     assert any(not e[3] for e in expected[:10]) and any(e[3] for e in expected[:10])
-    hyps = beam_search(model, num_beams=V**t, max_new_tokens=t, structure=structure,
-                       num_return_sequences=min(len(expected), 10))
-    assert_same(hyps, expected[:len(hyps)])
+    hyps = beam_search(
+        model, num_beams=V**t, max_new_tokens=t, structure=structure, num_return_sequences=min(len(expected), 10)
+    )
+    assert_same(hyps, expected[: len(hyps)])
 
 
 def test_dead_end_beam_is_dropped():

@@ -149,18 +149,40 @@ def test_invalid_parameter_names_it(name, value):
 
 
 def test_valid_extremes_and_normalisation():
-    p = SamplingParams(temperature=0, top_p=1, top_k=0, min_p=1, repetition_penalty=0.5, frequency_penalty=-2,
-                       presence_penalty=2, no_repeat_ngram_size=3, logit_bias={np.int64(4): -math.inf, 2: 1},
-                       seed=np.int64(7))
+    p = SamplingParams(
+        temperature=0,
+        top_p=1,
+        top_k=0,
+        min_p=1,
+        repetition_penalty=0.5,
+        frequency_penalty=-2,
+        presence_penalty=2,
+        no_repeat_ngram_size=3,
+        logit_bias={np.int64(4): -math.inf, 2: 1},
+        seed=np.int64(7),
+    )
     assert p.greedy and p.temperature == 0.0 and isinstance(p.temperature, float)
     assert dict(p.logit_bias) == {4: -math.inf, 2: 1.0}
     assert isinstance(p.seed, int)
     with pytest.raises(TypeError):
         p.logit_bias[5] = 1.0  # read-only
-    assert p == SamplingParams(**{f: getattr(p, f) for f in ("temperature", "top_p", "top_k", "min_p",
-                                                             "repetition_penalty", "frequency_penalty",
-                                                             "presence_penalty", "no_repeat_ngram_size",
-                                                             "logit_bias", "seed")})
+    assert p == SamplingParams(
+        **{
+            f: getattr(p, f)
+            for f in (
+                "temperature",
+                "top_p",
+                "top_k",
+                "min_p",
+                "repetition_penalty",
+                "frequency_penalty",
+                "presence_penalty",
+                "no_repeat_ngram_size",
+                "logit_bias",
+                "seed",
+            )
+        }
+    )
     assert hash(p) == hash(pickle.loads(pickle.dumps(p)))
     assert pickle.loads(pickle.dumps(p)) == p
     with pytest.raises(SamplingParamsError) as info:
@@ -227,8 +249,7 @@ def test_composition_order(probs_fn):
     assert_dist(probs_fn(logits, SamplingParams(temperature=0.5)), sq)
     assert_dist(probs_fn(logits, SamplingParams(temperature=0.5, top_k=2)), np.r_[sq[:2] / sq[:2].sum(), 0, 0, 0, 0])
     # top-p on the tempered distribution: sq = (.455,.232,.084,.054,.024,.009): 0.455+0.232 = 0.687 >= 0.6
-    assert_dist(probs_fn(logits, SamplingParams(temperature=0.5, top_p=0.6)),
-                np.r_[sq[:2] / sq[:2].sum(), 0, 0, 0, 0])
+    assert_dist(probs_fn(logits, SamplingParams(temperature=0.5, top_p=0.6)), np.r_[sq[:2] / sq[:2].sum(), 0, 0, 0, 0])
 
 
 def test_ties_are_kept_together(probs_fn):
@@ -263,8 +284,12 @@ def test_matches_reference_random(probs_fn, seed):
 
 def test_per_row_parameters(probs_fn):
     logits = np.log(np.stack([PROBS6, PROBS6[::-1], PROBS6, PROBS6]))
-    params = [SamplingParams(top_k=2), SamplingParams(top_p=0.5), SamplingParams(temperature=0),
-              SamplingParams(min_p=0.4, temperature=2.0)]
+    params = [
+        SamplingParams(top_k=2),
+        SamplingParams(top_p=0.5),
+        SamplingParams(temperature=0),
+        SamplingParams(min_p=0.4, temperature=2.0),
+    ]
     got = probs_fn(logits, params)
     for r, p in enumerate(params):
         assert_dist(got[r], reference_probs(logits[r], p.temperature, p.top_k, p.top_p, p.min_p))
@@ -345,8 +370,15 @@ def test_distribution_with_penalties_bias_and_mask():
     """Everything at once: the draws follow the exact distribution computed by hand from the documented order."""
     logits = np.array([2.0, 1.5, -0.5, 1.0, 0.2, 3.0, 0.0])
     history = [0, 0, 2, 4]
-    params = SamplingParams(repetition_penalty=1.5, frequency_penalty=0.2, presence_penalty=0.1,
-                            logit_bias={3: 0.4, 6: -math.inf}, temperature=0.9, top_k=4, seed=99)
+    params = SamplingParams(
+        repetition_penalty=1.5,
+        frequency_penalty=0.2,
+        presence_penalty=0.1,
+        logit_bias={3: 0.4, 6: -math.inf},
+        temperature=0.9,
+        top_k=4,
+        seed=99,
+    )
     allowed = np.array([True, True, True, True, True, False, True])
     z = logits.copy()
     z[0] = 2.0 / 1.5 - 0.2 * 2 - 0.1
@@ -511,30 +543,36 @@ def test_penalties_compose_in_order():
 def test_no_repeat_ngram_by_hand(kind):
     logits = np.zeros((4, 6))
     history = np.array([[1, 2, 3, 1, 2], [1, 2, 3, 1, 2], [1, 2, 3, 1, 2], [5, 5, 5, 5, 5]])
-    params = [SamplingParams(no_repeat_ngram_size=3),  # prefix (1, 2) was followed by 3: ban 3
-              SamplingParams(no_repeat_ngram_size=2),  # prefix (2,) was followed by 3: ban 3
-              SamplingParams(no_repeat_ngram_size=1),  # every seen token: ban 1, 2, 3
-              SamplingParams(no_repeat_ngram_size=2)]  # (5,) -> 5: ban 5
+    params = [
+        SamplingParams(no_repeat_ngram_size=3),  # prefix (1, 2) was followed by 3: ban 3
+        SamplingParams(no_repeat_ngram_size=2),  # prefix (2,) was followed by 3: ban 3
+        SamplingParams(no_repeat_ngram_size=1),  # every seen token: ban 1, 2, 3
+        SamplingParams(no_repeat_ngram_size=2),
+    ]  # (5,) -> 5: ban 5
     x = logits if kind == "numpy" else torch.from_numpy(logits)
     got = np.asarray(apply_penalties(x, history, params))
     ninf = -np.inf
-    expected = np.array([[0, 0, 0, ninf, 0, 0], [0, 0, 0, ninf, 0, 0], [0, ninf, ninf, ninf, 0, 0],
-                         [0, 0, 0, 0, 0, ninf]])
+    expected = np.array(
+        [[0, 0, 0, ninf, 0, 0], [0, 0, 0, ninf, 0, 0], [0, ninf, ninf, ninf, 0, 0], [0, 0, 0, 0, 0, ninf]]
+    )
     np.testing.assert_array_equal(got, expected)
     # a history shorter than n - 1 bans nothing
-    np.testing.assert_array_equal(apply_penalties(np.zeros(4), [1], SamplingParams(no_repeat_ngram_size=3)),
-                                  np.zeros(4))
+    np.testing.assert_array_equal(
+        apply_penalties(np.zeros(4), [1], SamplingParams(no_repeat_ngram_size=3)), np.zeros(4)
+    )
     # ... and a banned token is never drawn
-    d = Sampler(SamplingParams(no_repeat_ngram_size=1, seed=0))(np.zeros((1000, 4)),
-                                                              history=np.tile([0, 2], (1000, 1)))
+    d = Sampler(SamplingParams(no_repeat_ngram_size=1, seed=0))(np.zeros((1000, 4)), history=np.tile([0, 2], (1000, 1)))
     assert set(d.tolist()) == {1, 3}
 
 
 def test_penalties_per_row_and_ragged_history():
     logits = np.array([[1.0, 2.0, 3.0], [1.0, 2.0, 3.0], [1.0, 2.0, 3.0]])
     history = [[0], [], [2, 2]]
-    params = [SamplingParams(repetition_penalty=2.0), SamplingParams(frequency_penalty=1.0),
-              SamplingParams(frequency_penalty=1.0)]
+    params = [
+        SamplingParams(repetition_penalty=2.0),
+        SamplingParams(frequency_penalty=1.0),
+        SamplingParams(frequency_penalty=1.0),
+    ]
     got = apply_penalties(logits, history, params)
     np.testing.assert_allclose(got, [[0.5, 2.0, 3.0], [1.0, 2.0, 3.0], [1.0, 2.0, 1.0]])
     tg = apply_penalties(torch.from_numpy(logits), history, params).numpy()
@@ -615,8 +653,10 @@ def test_positive_infinity_dominates(probs_fn):
     # a masked +inf is out; the remaining +inf takes everything
     assert_dist(probs_fn(logits, mask=np.array([True, False, True, True, True])), [0, 0, 0, 1, 0])
     # penalties do not turn +inf into NaN
-    assert_dist(probs_fn(logits, SamplingParams(repetition_penalty=1.3, frequency_penalty=1.0), history=[1, 1]),
-                [0, 0.5, 0, 0.5, 0])
+    assert_dist(
+        probs_fn(logits, SamplingParams(repetition_penalty=1.3, frequency_penalty=1.0), history=[1, 1]),
+        [0, 0.5, 0, 0.5, 0],
+    )
     n = 20_000
     d = Sampler(SamplingParams(seed=0))(np.tile(logits, (n, 1)))
     assert set(d.tolist()) == {1, 3}
@@ -633,8 +673,7 @@ def test_dead_end_raises(probs_fn):
     with pytest.raises(DeadEndError):
         Sampler()(logits, mask=mask)
     with pytest.raises(DeadEndError):  # banned by bias and penalties only: also a dead end
-        probs_fn(np.array([1.0, 2.0]), SamplingParams(logit_bias={0: -math.inf}, no_repeat_ngram_size=1),
-                 history=[1])
+        probs_fn(np.array([1.0, 2.0]), SamplingParams(logit_bias={0: -math.inf}, no_repeat_ngram_size=1), history=[1])
 
 
 def test_bad_shapes_and_types():

@@ -93,12 +93,24 @@ def small_grammars(draw):
 
 @given(small_grammars())
 @example(  # r0 calls only nullable rules yet reads "a": not nullable, so r2 is not left-recursive
-    Grammar({"r2": Alt((Seq((Ref("r0"), Ref("r2"))), Literal("b"))), "r0": Seq((Ref("r1"), Literal("a"))),
-             "r1": Alt((Literal(""), Literal("c")))}, "r2")  # fmt: skip
+    Grammar(
+        {
+            "r2": Alt((Seq((Ref("r0"), Ref("r2"))), Literal("b"))),
+            "r0": Seq((Ref("r1"), Literal("a"))),
+            "r1": Alt((Literal(""), Literal("c"))),
+        },
+        "r2",
+    )  # fmt: skip
 )
 @example(  # r2 completes through "a", so r3 does, so r0 does, though r0 also calls itself
-    Grammar({"r0": Seq((Literal("a"), Alt((Ref("r0"), Ref("r3"))))), "r2": Alt((Literal("a"), Ref("r0"))),
-             "r3": Seq((Ref("r2"),))}, "r0")  # fmt: skip
+    Grammar(
+        {
+            "r0": Seq((Literal("a"), Alt((Ref("r0"), Ref("r3"))))),
+            "r2": Alt((Literal("a"), Ref("r0"))),
+            "r3": Seq((Ref("r2"),)),
+        },
+        "r0",
+    )  # fmt: skip
 )
 @settings(max_examples=300, deadline=None)
 def test_productivity_and_left_recursion_checks_equal_a_fixpoint_over_the_ir(grammar):

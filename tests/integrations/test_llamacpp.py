@@ -154,6 +154,7 @@ def test_padded_and_narrow_logits(small_vocab):
 
 # ----------------------------------------------------------------------------------- the real model, end to end
 
+
 @pytest.fixture(scope="module")
 def llm():
     import llama_cpp as lc
@@ -274,8 +275,13 @@ def test_one_list_reused_across_calls_and_the_tokenizer_route(llm, tokenizer_voc
         text, finish, _ = complete(llm, pattern, prompt, lp, temperature=0.0)
         assert re.fullmatch(pattern, text) and finish == "stop", (prompt, text, finish)
     # a streamed completion goes through the same processor
-    chunks = llm("Year of the moon landing: ", max_tokens=20, temperature=0.0, stream=True,
-                 logits_processor=logits_processor_list(llm, r"19[0-9]{2}"))
+    chunks = llm(
+        "Year of the moon landing: ",
+        max_tokens=20,
+        temperature=0.0,
+        stream=True,
+        logits_processor=logits_processor_list(llm, r"19[0-9]{2}"),
+    )
     assert re.fullmatch(r"19[0-9]{2}", "".join(c["choices"][0]["text"] for c in chunks))
 
 
@@ -303,8 +309,9 @@ def test_dead_end_with_the_real_model(llm, llama_vocab):
     assert out["choices"][0]["text"] == "ok" and isinstance(lp[0].error, DeadEndError)
     lp = logits_processor_list(llm, structure)
     with pytest.raises(DeadEndError):
-        llm("Say ok: ", max_tokens=10, temperature=0.0, logits_processor=lp,
-            stopping_criteria=lp[0].stopping_criteria())
+        llm(
+            "Say ok: ", max_tokens=10, temperature=0.0, logits_processor=lp, stopping_criteria=lp[0].stopping_criteria()
+        )
     # on_dead_end="stop": end of sequence where the structure cannot go on, no error
     out = create_completion(llm, "Say ok: ", structure, on_dead_end="stop", max_tokens=10, temperature=0.0)
     assert out["choices"][0]["text"] == "ok" and out["choices"][0]["finish_reason"] == "stop"
@@ -321,6 +328,8 @@ def test_create_completion_passes_other_processors_and_options(llm, llama_vocab)
     out = create_completion(llm, "Year: ", r"(19|20)\d{2}", logits_processor=[spy], max_tokens=12, temperature=0.0)
     assert re.fullmatch(r"(19|20)\d{2}", out["choices"][0]["text"])
     assert seen and 0 < seen[0] <= 8  # constrain ran first: only ways to spell "1" or "2" (and "19", "20") are left
+
+
 @pytest_slow
 def test_draft_models_and_foreign_vocabularies_are_refused(llm):
     too_big = Vocabulary.from_token_bytes([b"a"], eos_ids=[300_000])

@@ -37,7 +37,9 @@ def generate(model, tokenizer, prompts, structures, **kwargs):
         **kwargs,
     )
     eos = set(default_eos_ids(tokenizer)) | {tokenizer.pad_token_id}
-    return [tokenizer.decode([t for t in row if t not in eos]) for row in out[:, inputs["input_ids"].shape[1] :].tolist()]
+    return [
+        tokenizer.decode([t for t in row if t not in eos]) for row in out[:, inputs["input_ids"].shape[1] :].tolist()
+    ]
 
 
 def test_batch_with_a_structure_per_row(gemma):

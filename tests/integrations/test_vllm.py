@@ -527,6 +527,7 @@ def test_batched_fills_from_threads_equal_sequential_fills(gemma_backend, gemma_
         with ThreadPoolExecutor(max_workers=8) as pool:
             # batches of rows, as vLLM's manager submits them
             batches = [range(k, min(k + 5, n)) for k in range(0, n, 5)]
+
             def fill(rows, bitmask=threaded):
                 for r in rows:
                     grammars[r].fill_bitmask(bitmask, r)
@@ -596,8 +597,13 @@ def test_validate_params_rejects_bad_requests_early():
     validate(params({"constrain_json": "{}"}))
     validate(params({"constrain_json_object": True}))
     validate(params({"constrain_grammar": 'root ::= "a"'}))
-    for bad in [{"constrain_regex": "a(b"}, {"constrain_regex": r"(?=a)"}, {"constrain_choice": []},
-                {"constrain_json": '{"type": "strin"}'}, {"constrain_json": '{"type": "integer", "minimum": 3, "maximum": 1}'}]:
+    for bad in [
+        {"constrain_regex": "a(b"},
+        {"constrain_regex": r"(?=a)"},
+        {"constrain_choice": []},
+        {"constrain_json": '{"type": "strin"}'},
+        {"constrain_json": '{"type": "integer", "minimum": 3, "maximum": 1}'},
+    ]:
         with pytest.raises(ValueError):  # vLLM turns a ValueError into an HTTP 400
             validate(params(bad))
 
@@ -985,7 +991,13 @@ JSON_SCHEMAS = [
         "additionalProperties": False,
     },
     {"type": "array", "items": {"enum": ["yes", "no", "ab"]}, "minItems": 1, "maxItems": 3},
-    {"anyOf": [{"type": "string", "maxLength": 3}, {"type": "integer", "minimum": -1, "maximum": 12}, {"type": "null"}]},
+    {
+        "anyOf": [
+            {"type": "string", "maxLength": 3},
+            {"type": "integer", "minimum": -1, "maximum": 12},
+            {"type": "null"},
+        ]
+    },
     {  # a tool call
         "type": "object",
         "properties": {

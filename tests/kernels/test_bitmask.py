@@ -1,4 +1,4 @@
-"""Tests for constrain.kernels.bitmask: bitmask packing, unpacking, counting and applying to logits (numpy and torch)."""
+"""constrain.kernels.bitmask: packing, unpacking and counting bitmasks, and applying them to logits (numpy, torch)."""
 
 from __future__ import annotations
 

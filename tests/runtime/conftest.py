@@ -12,6 +12,7 @@ from constrain.runtime.lexical import LexicalMasks
 def fresh_lexical_store(tmp_path, monkeypatch):
     """Each test computes lexical walks itself, in its own cache folder, instead of reading earlier runs' (the
     grammar tests use it in every test: ``pytestmark = pytest.mark.usefixtures("fresh_lexical_store")``)."""
+
     def cache_dir(*parts: str):
         folder = tmp_path.joinpath(*parts)
         folder.mkdir(parents=True, exist_ok=True)

@@ -161,6 +161,7 @@ def test_walks_borrow_from_several_lenders_and_drop_the_main_lenders_other_token
     letter borrows those subtrees from the plain name and must drop every token the plain name allows under the
     other first bytes (a dense pass for the large subtree of words after a space, token by token for the
     others)."""
+
     def mask(structure, prefix):
         configs = structure.machine.read(structure.machine.start, prefix)
         got = structure.masks.get(configs).view(np.uint32).copy()

@@ -140,8 +140,8 @@ def test_nesting_past_the_stack_bound_raises_instead_of_losing_parses(gemma_voca
 #: Each "a" either ends an x or opens an x (closed by "b") or a y (closed by "c"): after k bytes, 2^k stacks.
 AMBIGUOUS = Grammar(
     {
-        "x": Alt((Literal("a"), Seq((Literal("a"), Ref("x"), Literal("b"))), Seq((Literal("a"), Ref("y"), Literal("c"))))),
-        "y": Alt((Literal("e"), Seq((Literal("a"), Ref("x"), Literal("b"))), Seq((Literal("a"), Ref("y"), Literal("c"))))),
+        "x": Alt((Literal("a"), Seq((Literal("a"), Ref("x"), Literal("b"))), Seq((Literal("a"), Ref("y"), Literal("c"))))),  # noqa: E501
+        "y": Alt((Literal("e"), Seq((Literal("a"), Ref("x"), Literal("b"))), Seq((Literal("a"), Ref("y"), Literal("c"))))),  # noqa: E501
     },
     "x",
 )  # fmt: skip
@@ -166,7 +166,20 @@ def test_a_token_that_opens_too_many_parses_raises_instead_of_losing_some():
         assert np.array_equal(mask, want), prefix
 
 
-PREFIXES = ["", "{", '{"a', '{"a":', '{"a":[', '{"a":[1,', '{"a":[1,{"b":true}', "[[[[", '[1,"x"', '"é', "-", '{"a":1,"b"']
+PREFIXES = [
+    "",
+    "{",
+    '{"a',
+    '{"a":',
+    '{"a":[',
+    '{"a":[1,',
+    '{"a":[1,{"b":true}',
+    "[[[[",
+    '[1,"x"',
+    '"é',
+    "-",
+    '{"a":1,"b"',
+]
 
 
 def test_masks_equal_brute_force_on_a_synthetic_vocabulary():

@@ -85,8 +85,16 @@ _POOLS = [
 def _random_json(rng: random.Random, depth: int = 0):
     r = rng.random()
     if depth > 2 or r < 0.4:
-        return rng.choice([None, True, False, rng.randint(-10**6, 10**6), rng.random() * 1e3,
-                           "".join(rng.choice("abcé日 🎉\n\"\\") for _ in range(rng.randint(0, 8)))])
+        return rng.choice(
+            [
+                None,
+                True,
+                False,
+                rng.randint(-(10**6), 10**6),
+                rng.random() * 1e3,
+                "".join(rng.choice('abcé日 🎉\n"\\') for _ in range(rng.randint(0, 8))),
+            ]
+        )
     if r < 0.7:
         return [_random_json(rng, depth + 1) for _ in range(rng.randint(0, 4))]
     return {f"k{rng.randint(0, 99)}": _random_json(rng, depth + 1) for _ in range(rng.randint(0, 4))}
@@ -182,8 +190,16 @@ def test_gemma_special_tokens(gemma_tokenizer, gemma_vocab):
     v = gemma_vocab
     assert v.size == 262_144 and v.kind == "sentencepiece"
     assert v.eos_ids.tolist() == [1, 106] and v.eos_ids.dtype == np.int32
-    names = {0: "<pad>", 1: "<eos>", 2: "<bos>", 3: "<unk>", 4: "<mask>", 105: "<start_of_turn>",
-             106: "<end_of_turn>", 6: "<unused0>"}
+    names = {
+        0: "<pad>",
+        1: "<eos>",
+        2: "<bos>",
+        3: "<unk>",
+        4: "<mask>",
+        105: "<start_of_turn>",
+        106: "<end_of_turn>",
+        6: "<unused0>",
+    }
     in_trie = set(v.trie.token_ids.tolist())
     for i, name in names.items():
         assert gemma_tokenizer.convert_ids_to_tokens(i) == name
@@ -310,9 +326,16 @@ def test_slow_sentencepiece_tokenizer(tmp_path):
     words = "the quick brown fox jumps over lazy dog cafe json { } [ ] : , 0 1 2 hello world".split()
     lines = [" ".join(rng.choice(words) for _ in range(10)) for _ in range(500)]
     model = io.BytesIO()
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=model, vocab_size=400,
-                                   byte_fallback=True, model_type="bpe", user_defined_symbols=["<table>"],
-                                   character_coverage=1.0, minloglevel=2)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines),
+        model_writer=model,
+        vocab_size=400,
+        byte_fallback=True,
+        model_type="bpe",
+        user_defined_symbols=["<table>"],
+        character_coverage=1.0,
+        minloglevel=2,
+    )
     path = tmp_path / "tiny.model"
     path.write_bytes(model.getvalue())
     tok = SentencePieceBackend(vocab_file=str(path), unk_token="<unk>", bos_token="<s>", eos_token="</s>")

@@ -19,8 +19,7 @@ def test_from_token_bytes():
     tokens = [b"a", b"ab", None, b"", b"b", b"<eos>", b"a", b"abc", b"\xff\x00", b"<s>"]
     v = Vocabulary.from_token_bytes(tokens, eos_ids=[5, 12], special_ids=[9])
     assert v.size == 13 and v.kind == "synthetic"
-    assert v.matchable.tolist() == [True, True, False, False, True, False, True, True, True, False, False, False,
-                                    False]
+    assert v.matchable.tolist() == [True, True, False, False, True, False, True, True, True, False, False, False, False]
     assert v.eos_ids.tolist() == [5, 12]
     assert v.token_bytes(1) == b"ab" and v.token_bytes(8) == b"\xff\x00"
     assert v.token_bytes(5) == b"" and v.special_names[5] == "<eos>" and v.special_names[9] == "<s>"

@@ -142,9 +142,7 @@ class ConstrainGrammar:
         """Undo the last ``num_tokens`` accepted tokens (a stop token included). TokenError past the start."""
         num_tokens = int(num_tokens)
         if not 0 <= num_tokens <= self.num_processed_tokens:
-            raise TokenError(
-                f"cannot roll back {num_tokens} tokens: {self.num_processed_tokens} have been accepted"
-            )
+            raise TokenError(f"cannot roll back {num_tokens} tokens: {self.num_processed_tokens} have been accepted")
         if num_tokens == 0:
             return
         text_tokens = num_tokens

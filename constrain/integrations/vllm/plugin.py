@@ -340,7 +340,11 @@ def _plugin_class() -> type:
         "StructureLogitsProcessor",
         tuple(bases),
         # Named where the entry point names it, so pickling finds it there.
-        {"__module__": "constrain.integrations.vllm", "__qualname__": "StructureLogitsProcessor", "__doc__": _PLUGIN_DOC},
+        {
+            "__module__": "constrain.integrations.vllm",
+            "__qualname__": "StructureLogitsProcessor",
+            "__doc__": _PLUGIN_DOC,
+        },
     )
     return cls
 

@@ -49,6 +49,7 @@ def _request_type(request_type: Any) -> RequestType:
 # structures from requests
 # ----------------------------------------------------------------------------------------------------------------
 
+
 def _load_json(spec: Any, request_type: str) -> Any:
     if not isinstance(spec, (str, bytes, bytearray)):
         return spec  # already parsed
@@ -63,7 +64,9 @@ def _is_gbnf(grammar: str) -> bool:
     return "::=" in grammar
 
 
-def compile_structure(request_type: Any, grammar_spec: Any, vocab: Vocabulary, *, cache: bool = True) -> CompiledStructure:
+def compile_structure(
+    request_type: Any, grammar_spec: Any, vocab: Vocabulary, *, cache: bool = True
+) -> CompiledStructure:
     """Compile one structured-output request for ``vocab`` through :func:`constrain.compile` (with its cache unless
     ``cache=False``: :class:`~constrain.integrations.vllm.backend.ConstrainBackend` keeps its own, per engine).
 

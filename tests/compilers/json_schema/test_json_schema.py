@@ -521,7 +521,7 @@ def test_code_point_automata_intersect_subtract_and_escape():
     assert encoded.accepts('a\\"b') and not encoded.accepts('a"b') and encoded.accepts("é")
     dfa = encoded.to_byte_dfa(quoted=True)
     assert dfa.matches(b'"a\\"b"') and dfa.matches(b'"ab"') and dfa.matches('"é"'.encode())
-    assert not dfa.matches(b'"a"') and not dfa.matches(b'ab') and not dfa.matches(b'"a"b"')
+    assert not dfa.matches(b'"a"') and not dfa.matches(b"ab") and not dfa.matches(b'"a"b"')
 
 
 # -- errors --------------------------------------------------------------------------------------------------
@@ -617,12 +617,20 @@ def test_a_compile_leaves_no_reference_cycles_behind():
     schemas = [
         {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(40)}},  # tail rules
         {"anyOf": [{"type": "string", "minLength": 3, "maxLength": 1}, {"type": "integer"}]},  # a branch refused
-        {"type": "object", "properties": {"a": {"const": 1}, "b": {"type": "string", "maxLength": 0}},
-         "required": ["a", "b"], "additionalProperties": {"type": "string", "minLength": 2, "maxLength": 1}},
+        {
+            "type": "object",
+            "properties": {"a": {"const": 1}, "b": {"type": "string", "maxLength": 0}},
+            "required": ["a", "b"],
+            "additionalProperties": {"type": "string", "minLength": 2, "maxLength": 1},
+        },
         {"type": "object", "properties": {"a": {"enum": [1, "x", {"k": [True, 2.5]}]}}, "required": ["a"]},
         {"type": "array", "items": {"type": "string", "pattern": "^(é|ü)+$", "minLength": 2}},  # code points
-        {"$defs": {"n": {"anyOf": [{"type": "null"}, {"type": "object", "properties": {"next": {"$ref": "#/$defs/n"}}}]}},
-         "$ref": "#/$defs/n"},
+        {
+            "$defs": {
+                "n": {"anyOf": [{"type": "null"}, {"type": "object", "properties": {"next": {"$ref": "#/$defs/n"}}}]}
+            },
+            "$ref": "#/$defs/n",
+        },
     ]
     for schema in schemas:  # first-use imports and process caches out of the way
         build_pushdown(schema_to_grammar(schema)[0])
@@ -1285,7 +1293,9 @@ def test_closed_by_default_objects_stay_closed_inside_one_of():
 
     assert accepts('{"kind":"a","x":1}') and accepts('{"kind":"b","y":1}')
     assert not accepts('{"kind":"a","y":"s"}') and not accepts('{"kind":"a","y":1}')
-    loose = {"oneOf": [{k: v for k, v in branch(t, key).items() if k != "required"} for t, key in (("a", "x"), ("b", "y"))]}
+    loose = {
+        "oneOf": [{k: v for k, v in branch(t, key).items() if k != "required"} for t, key in (("a", "x"), ("b", "y"))]
+    }
     with pytest.raises(JsonSchemaError):
         schema_to_grammar(loose, additional_properties_default=False)
 

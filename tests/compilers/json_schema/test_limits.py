@@ -25,9 +25,13 @@ HOSTILE = {
     "long pattern strings": {"type": "string", "pattern": "^[a-z]{2,8}@[a-z]+\\.(com|org)$", "maxLength": 2000},
     "many patterned properties": {
         "type": "object",
-        "properties": {f"p{i}": {"type": "string", "pattern": f"^x{{{i}}}[0-9]+$", "maxLength": 60} for i in range(400)},
+        "properties": {
+            f"p{i}": {"type": "string", "pattern": f"^x{{{i}}}[0-9]+$", "maxLength": 60} for i in range(400)
+        },
     },
-    "exponential oneOf": {"oneOf": [{"type": "object", "properties": {f"k{i}": {"type": "integer"}}} for i in range(24)]},
+    "exponential oneOf": {
+        "oneOf": [{"type": "object", "properties": {f"k{i}": {"type": "integer"}}} for i in range(24)]
+    },
     "allOf of ranges": {"allOf": [{"type": "integer", "multipleOf": m} for m in (7, 11, 13, 17, 19, 23, 29)]},
     "wide number range": {"type": "number", "minimum": -1e300, "exclusiveMaximum": 1e300, "multipleOf": 0.001},
 }
