@@ -452,8 +452,13 @@ def run_test(engine: Engine, compiled: Any, tokens: list[int], bitmask: np.ndarr
         if not _bit(bitmask, token):
             return {"outcome": "rejected", "at": i, "reason": "token not in the mask", "error": engine.error(matcher)}
         if not engine.advance(matcher, token):
-            return {"outcome": "rejected", "at": i, "reason": "in the mask, but advance failed",
-                    "error": engine.error(matcher), "inconsistent": True}
+            return {
+                "outcome": "rejected",
+                "at": i,
+                "reason": "in the mask, but advance failed",
+                "error": engine.error(matcher),
+                "inconsistent": True,
+            }
     bitmask.fill(0)
     t0 = clock()
     engine.fill(matcher, bitmask)
@@ -461,8 +466,12 @@ def run_test(engine: Engine, compiled: Any, tokens: list[int], bitmask: np.ndarr
     if tbm is not None:
         tbm.append(t1 - t0)
     if not any(_bit(bitmask, e) for e in EOS_IDS):
-        return {"outcome": "rejected", "at": len(tokens), "reason": "end of sequence not allowed",
-                "error": engine.error(matcher)}
+        return {
+            "outcome": "rejected",
+            "at": len(tokens),
+            "reason": "end of sequence not allowed",
+            "error": engine.error(matcher),
+        }
     return {"outcome": "accepted"}
 
 
@@ -476,15 +485,20 @@ def run_declared(engine: Engine, compiled: Any, tests: list[dict[str, Any]], bit
         try:
             result = run_test(engine, compiled, test["declared_tokens"], bitmask, None)
         except Exception as e:
-            result = {"outcome": "rejected", "at": None, "reason": "exception",
-                      "error": f"{type(e).__name__}: {_first_line(str(e))}"}
+            result = {
+                "outcome": "rejected",
+                "at": None,
+                "reason": "exception",
+                "error": f"{type(e).__name__}: {_first_line(str(e))}",
+            }
         result["tokens"] = len(test["declared_tokens"])
         out[i] = result
     return out
 
 
-def run_schema(engine: Engine, job: dict[str, Any], bitmask: np.ndarray, on_compiled=None,
-               on_timed=None) -> dict[str, Any]:
+def run_schema(
+    engine: Engine, job: dict[str, Any], bitmask: np.ndarray, on_compiled=None, on_timed=None
+) -> dict[str, Any]:
     """Compile one schema and run its tests. The record, plus ``tbm`` (seconds of each valid-instance mask).
 
     ``on_compiled(seconds)`` is called once the schema compiled (the parent then knows, should the tests run past
@@ -519,8 +533,12 @@ def run_schema(engine: Engine, job: dict[str, Any], bitmask: np.ndarray, on_comp
         try:
             result = run_test(engine, compiled, test["tokens"], bitmask, tbm if test["valid"] else None)
         except Exception as e:
-            result = {"outcome": "rejected", "at": None, "reason": "exception",
-                      "error": f"{type(e).__name__}: {_first_line(str(e))}"}
+            result = {
+                "outcome": "rejected",
+                "at": None,
+                "reason": "exception",
+                "error": f"{type(e).__name__}: {_first_line(str(e))}",
+            }
         result["tokens"] = len(test["tokens"])
         tests.append(result)
     rec["tests"] = tests
@@ -534,8 +552,12 @@ def run_schema(engine: Engine, job: dict[str, Any], bitmask: np.ndarray, on_comp
     return rec
 
 
-WARM_UP_SCHEMA = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}},
-                  "required": ["a", "b"], "additionalProperties": False}
+WARM_UP_SCHEMA = {
+    "type": "object",
+    "properties": {"a": {"type": "string"}, "b": {"type": "integer"}},
+    "required": ["a", "b"],
+    "additionalProperties": False,
+}
 
 
 def warm_up(engine: Engine, tokenizer: Any) -> None:
@@ -600,8 +622,15 @@ def worker_main(engine_name: str, fd_in: int, fd_out: int, args: dict[str, Any])
         return
     gc.collect()
     mem = _proc_status()
-    conn_out.send({"type": "ready", "version": engine.version, "setup_s": time.perf_counter() - t0,
-                   "rss_mb": mem.get("VmRSS"), "hwm_mb": mem.get("VmHWM")})
+    conn_out.send(
+        {
+            "type": "ready",
+            "version": engine.version,
+            "setup_s": time.perf_counter() - t0,
+            "rss_mb": mem.get("VmRSS"),
+            "hwm_mb": mem.get("VmHWM"),
+        }
+    )
     bitmask = np.zeros((1, (engine.vocab_size + 31) // 32), dtype=np.int32)
     while True:
         try:
@@ -628,17 +657,28 @@ def worker_main(engine_name: str, fd_in: int, fd_out: int, args: dict[str, Any])
             timed_sent.append(True)
 
         try:
-            rec = run_schema(engine, msg, bitmask,
-                             lambda sec: conn_out.send({"type": "compiled", "compile_s": sec}),
-                             send_timed if has_declared(msg["tests"]) else None)
+            rec = run_schema(
+                engine,
+                msg,
+                bitmask,
+                lambda sec: conn_out.send({"type": "compiled", "compile_s": sec}),
+                send_timed if has_declared(msg["tests"]) else None,
+            )
         except Exception as e:  # a bug here or in an engine's Python layer: report it, keep going
             rec = {"status": "error", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
         gc.collect()
         mem = _proc_status()
         if timed_sent:
             results = {i: t["declared_order"] for i, t in enumerate(rec.get("tests", [])) if "declared_order" in t}
-            conn_out.send({"type": "declared", "status": rec.get("declared", "error"), "error": rec.get("error"),
-                           "results": results, "hwm_mb": mem.get("VmHWM")})
+            conn_out.send(
+                {
+                    "type": "declared",
+                    "status": rec.get("declared", "error"),
+                    "error": rec.get("error"),
+                    "results": results,
+                    "hwm_mb": mem.get("VmHWM"),
+                }
+            )
             continue
         rec.update(memory(mem))
         conn_out.send({"type": "result", "record": rec})
@@ -670,15 +710,29 @@ class Worker:
             return False
         parent_in, child_out = os.pipe()
         child_in, parent_out = os.pipe()
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", self.engine,
-               "--worker-fds", f"{child_in},{child_out}", "--worker-args", json.dumps(self.worker_args)]
+        cmd = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--worker",
+            self.engine,
+            "--worker-fds",
+            f"{child_in},{child_out}",
+            "--worker-args",
+            json.dumps(self.worker_args),
+        ]
         env = {**os.environ, **SINGLE_THREAD_ENV}
-        log = open(self.log_path, "ab")
         try:
-            self.proc = subprocess.Popen(cmd, pass_fds=(child_in, child_out), stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=log, env=env, cwd=str(REPO))
+            with open(self.log_path, "ab") as log:
+                self.proc = subprocess.Popen(
+                    cmd,
+                    pass_fds=(child_in, child_out),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    env=env,
+                    cwd=str(REPO),
+                )
         finally:
-            log.close()
             os.close(child_in)
             os.close(child_out)
         self.conn_in = Connection(parent_in, readable=True, writable=False)
@@ -763,8 +817,12 @@ class Worker:
             what = f"no answer within {timeout:g} s" if msg == "timeout" else f"RSS over {self.max_rss_mb:g} MiB"
             return {"status": msg, "error": f"{what}, during the {compiled['phase']}", **compiled, "wall_s": wall}
         code = self.stop(kill=True)
-        return {"status": "crashed", "error": f"the worker died (exit {code}) during the {compiled['phase']}: "
-                f"{self._tail()}", **compiled, "wall_s": wall}
+        return {
+            "status": "crashed",
+            "error": f"the worker died (exit {code}) during the {compiled['phase']}: {self._tail()}",
+            **compiled,
+            "wall_s": wall,
+        }
 
     def _declared(self, rec: dict[str, Any], timeout: float) -> None:
         """Wait (up to ``timeout`` seconds more) for the untimed declared-order pass that follows a record with
@@ -836,7 +894,7 @@ def add_context(rec: dict[str, Any], tests: list[dict[str, Any]], vocab: Any) ->
         if res.get("outcome") != "rejected" or at is None or tokens is None:
             return
         before = vocab.decode(tokens[:at]).decode("utf-8", "replace")[-40:]
-        token = vocab.decode(tokens[at:at + 1]).decode("utf-8", "replace") if at < len(tokens) else "<eos>"
+        token = vocab.decode(tokens[at : at + 1]).decode("utf-8", "replace") if at < len(tokens) else "<eos>"
         res["context"] = f"{before}⟦{token}⟧"
         # a rejection where a property name starts: usually the engine's own property order (or a key it forbids)
         res["at_key"] = at < len(tokens) and vocab.decode(tokens[:at]).rstrip(b'"').endswith((b"{", b","))
@@ -858,8 +916,17 @@ def classify(rec: dict[str, Any], tests: list[dict[str, Any]]) -> dict[str, int]
     the declared-order outcome of those forced again in that order (``declared_checked`` of them), the instance's
     own outcome for the others (their text is the same in both orders; or, counted in ``declared_unchecked``, the
     declared-order pass did not finish or their declared-order text could not be tokenised)."""
-    c = {"valid_run": 0, "invalid_run": 0, "validation_errors": 0, "invalidation_errors": 0, "skipped": 0,
-         "inconsistent": 0, "validation_errors_declared_order": 0, "declared_checked": 0, "declared_unchecked": 0}
+    c = {
+        "valid_run": 0,
+        "invalid_run": 0,
+        "validation_errors": 0,
+        "invalidation_errors": 0,
+        "skipped": 0,
+        "inconsistent": 0,
+        "validation_errors_declared_order": 0,
+        "declared_checked": 0,
+        "declared_unchecked": 0,
+    }
     for test, res in zip(tests, rec.get("tests", [])):
         if res["outcome"] == "skipped":
             c["skipped"] += 1
@@ -884,16 +951,23 @@ def classify(rec: dict[str, Any], tests: list[dict[str, Any]]) -> dict[str, int]
 COMPILE_ERRORS = ("refused", "crashed", "timeout", "memory", "error")
 
 
-def summarise(engine: str, records: list[dict[str, Any]], tests_by_schema: list[list[dict]], tbm: list[float],
-              worker: Worker) -> dict[str, Any]:
+def summarise(
+    engine: str, records: list[dict[str, Any]], tests_by_schema: list[list[dict]], tbm: list[float], worker: Worker
+) -> dict[str, Any]:
     s: dict[str, Any] = {"engine": engine, "version": worker.version, "schemas": len(records)}
     status = [r["status"] for r in records]
     s["compiled"] = sum(st == "ok" for st in status)
     for st in COMPILE_ERRORS:
         s[st] = sum(x == st for x in status)
     s["compile_errors"] = sum(s[st] for st in COMPILE_ERRORS)
-    totals = {"valid_run": 0, "invalid_run": 0, "validation_errors": 0, "invalidation_errors": 0, "skipped": 0,
-              "inconsistent": 0}
+    totals = {
+        "valid_run": 0,
+        "invalid_run": 0,
+        "validation_errors": 0,
+        "invalidation_errors": 0,
+        "skipped": 0,
+        "inconsistent": 0,
+    }
     declared = {"validation_errors_declared_order": 0, "declared_checked": 0, "declared_unchecked": 0}
     passing = schemas_val = schemas_inval = schemas_val_declared = 0
     for rec, tests in zip(records, tests_by_schema):
@@ -919,8 +993,9 @@ def summarise(engine: str, records: list[dict[str, Any]], tests_by_schema: list[
         s["schemas_with_validation_errors_declared_order"] = schemas_val_declared
         s["declared_incomplete"] = sum(r.get("declared", "ok") != "ok" for r in records if r["status"] == "ok")
     else:
-        s.update({k: None for k in declared}, schemas_with_validation_errors_declared_order=None,
-                 declared_incomplete=None)
+        s.update(
+            {k: None for k in declared}, schemas_with_validation_errors_declared_order=None, declared_incomplete=None
+        )
     ttfm = [r["ttfm_s"] for r in records if r["status"] == "ok"]
     comp = [r["compile_s"] for r in records if r["status"] == "ok"]
     s["ttfm_ms"] = {q: 1e3 * pct(ttfm, q) for q in (50, 90, 99)}
@@ -951,8 +1026,10 @@ def fmt(x: float, digits: int = 1) -> str:
 def machine_info(versions: dict[str, str]) -> list[str]:
     import importlib.metadata
 
-    lines = [f"- machine: {platform.platform()}, {platform.processor() or platform.machine()}, "
-             f"{os.cpu_count()} CPUs, Python {platform.python_version()}"]
+    lines = [
+        f"- machine: {platform.platform()}, {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}"
+    ]
     deps = []
     for dist in ("numpy", "numba", "transformers", "tokenizers", "torch"):
         try:
@@ -992,14 +1069,21 @@ def _schema_peak_cell(s: dict[str, Any]) -> str:
     return f"{fmt(m[50])} / {fmt(m[99])} / {fmt(m['max'], 0)} ({s['schemas_over_1gib']} over 1 GiB)"
 
 
-def markdown(summaries: list[dict[str, Any]], unavailable: dict[str, str], common: dict[str, Any] | None,
-             header: list[str], notes: list[str]) -> str:
+def markdown(
+    summaries: list[dict[str, Any]],
+    unavailable: dict[str, str],
+    common: dict[str, Any] | None,
+    header: list[str],
+    notes: list[str],
+) -> str:
     out = list(header) + [""]
-    out.append("| engine | schemas | compiled | compile errors (refused / crashed / timeout / memory) | passing "
-               "| schemas with validation / invalidation errors | valid rejected / run "
-               "| valid rejected in declared order / run | invalid accepted / run "
-               "| TTFM p50 / p90 / p99 (ms) | TBM p50 / p95 / p99 / max (µs) | masks "
-               "| RSS after set-up / peak (MiB) | added per schema p50 / p99 / max (MiB) |")
+    out.append(
+        "| engine | schemas | compiled | compile errors (refused / crashed / timeout / memory) | passing "
+        "| schemas with validation / invalidation errors | valid rejected / run "
+        "| valid rejected in declared order / run | invalid accepted / run "
+        "| TTFM p50 / p90 / p99 (ms) | TBM p50 / p95 / p99 / max (µs) | masks "
+        "| RSS after set-up / peak (MiB) | added per schema p50 / p99 / max (MiB) |"
+    )
     out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for s in summaries:
         n = max(s["schemas"], 1)
@@ -1019,18 +1103,25 @@ def markdown(summaries: list[dict[str, Any]], unavailable: dict[str, str], commo
     for engine, reason in unavailable.items():
         out.append(f"| {engine} | – | not available: {reason} | | | | | | | | | | | |")
     if common and common["schemas"]:
-        out += ["", f"On the {common['schemas']} schemas every engine above compiled (same schemas for all):", "",
-                "| engine | passing | TTFM p50 / p90 / p99 (ms) | TBM p50 / p99 (µs) |", "|---|---:|---:|---:|"]
+        out += [
+            "",
+            f"On the {common['schemas']} schemas every engine above compiled (same schemas for all):",
+            "",
+            "| engine | passing | TTFM p50 / p90 / p99 (ms) | TBM p50 / p99 (µs) |",
+            "|---|---:|---:|---:|",
+        ]
         for row in common["rows"]:
             t, b = row["ttfm_ms"], row["tbm_us"]
-            out.append(f"| {row['engine']} | {row['passing']} | {fmt(t[50])} / {fmt(t[90])} / {fmt(t[99])} "
-                       f"| {fmt(b[50])} / {fmt(b[99])} |")
+            out.append(
+                f"| {row['engine']} | {row['passing']} | {fmt(t[50])} / {fmt(t[90])} / {fmt(t[99])} "
+                f"| {fmt(b[50])} / {fmt(b[99])} |"
+            )
     out += [""] + notes
     return "\n".join(out)
 
 
 NOTES = [
-    "- Every engine is given the same text for an instance: `json.dumps(data, separators=(\",\", \":\"), "
+    '- Every engine is given the same text for an instance: `json.dumps(data, separators=(",", ":"), '
     "ensure_ascii=False)`, tokenised by Gemma 3 without BOS. Engines that impose their own canonical form (the "
     "schema's property order, a fixed whitespace, a number format) can reject a valid instance written in another "
     "order or form; that counts as a validation error here, for every engine alike.",
@@ -1057,8 +1148,9 @@ NOTES = [
 ]
 
 
-def label_disagreements(entries: list[dict], tests_by_schema: list[list[dict]],
-                        records: dict[str, list[dict]]) -> list[dict[str, Any]]:
+def label_disagreements(
+    entries: list[dict], tests_by_schema: list[list[dict]], records: dict[str, list[dict]]
+) -> list[dict[str, Any]]:
     """Tests where every engine that ran them (at least two) disagrees with the data's label."""
     out = []
     engines = list(records)
@@ -1074,8 +1166,15 @@ def label_disagreements(entries: list[dict], tests_by_schema: list[list[dict]],
                     continue
                 verdicts[e] = res["outcome"] == "accepted"
             if len(verdicts) >= 2 and all(v != test["valid"] for v in verdicts.values()):
-                out.append({"schema": entry["name"], "test": ti, "description": test["description"],
-                            "label_valid": test["valid"], "engines": sorted(verdicts)})
+                out.append(
+                    {
+                        "schema": entry["name"],
+                        "test": ti,
+                        "description": test["description"],
+                        "label_valid": test["valid"],
+                        "engines": sorted(verdicts),
+                    }
+                )
     return out
 
 
@@ -1085,23 +1184,32 @@ def declared_note(summaries: list[dict[str, Any]], tests_by_schema: list[list[di
     valid = sum(t["valid"] and "skip" not in t for tests in tests_by_schema for t in tests)
     untokenised = sum("declared_skip" in t for tests in tests_by_schema for t in tests)
     old = any(s["validation_errors_declared_order"] is None for s in summaries)
-    which = ("only the instances that read differently that way" if old else
-             f"{differ} of the {valid} valid instances (not skipped) read differently that way, and only those")
-    note = ("- Valid rejected in declared order: a second count, not a headline. The valid instances are written "
-            "again with each object's keys in the order constrain's compiler writes them (its documented semantics: "
-            "the schema's `properties` order, then names only `required`, then the rest in the instance's order; "
-            "`canonical_order` in benchmarks/maskbench_keyorder.py, shared with the conformance golden test); "
-            f"{which} are forced again (in the same worker, after the timed pass, untimed: TTFM, TBM and the "
-            "figures before it are those of the instance's own order); the others count as in the headline. An "
-            "engine that imposes the declared order rejects a valid instance written in another order by design; "
-            "this count shows what it rejects besides.")
+    which = (
+        "only the instances that read differently that way"
+        if old
+        else f"{differ} of the {valid} valid instances (not skipped) read differently that way, and only those"
+    )
+    note = (
+        "- Valid rejected in declared order: a second count, not a headline. The valid instances are written "
+        "again with each object's keys in the order constrain's compiler writes them (its documented semantics: "
+        "the schema's `properties` order, then names only `required`, then the rest in the instance's order; "
+        "`canonical_order` in benchmarks/maskbench_keyorder.py, shared with the conformance golden test); "
+        f"{which} are forced again (in the same worker, after the timed pass, untimed: TTFM, TBM and the "
+        "figures before it are those of the instance's own order); the others count as in the headline. An "
+        "engine that imposes the declared order rejects a valid instance written in another order by design; "
+        "this count shows what it rejects besides."
+    )
     if untokenised:
-        note += (f" {untokenised} declared-order text(s) did not round-trip through the tokenizer: "
-                 "counted as in the instance's own order.")
+        note += (
+            f" {untokenised} declared-order text(s) did not round-trip through the tokenizer: "
+            "counted as in the instance's own order."
+        )
     by_engine = [f"{s['engine']} {s['declared_incomplete']} schema(s)" for s in summaries if s["declared_incomplete"]]
     if by_engine:
-        note += (" The declared-order pass did not finish (timeout, memory, crash or error; those instances count "
-                 "as in their own order) for: " + ", ".join(by_engine) + ".")
+        note += (
+            " The declared-order pass did not finish (timeout, memory, crash or error; those instances count "
+            "as in their own order) for: " + ", ".join(by_engine) + "."
+        )
     if old:
         note += " –: records written before this count existed (e.g. older shards in a --merge)."
     return note
@@ -1118,18 +1226,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sample", type=int, help="a fixed random sample of N schemas (see --seed)")
     p.add_argument("--seed", type=int, default=0, help="seed of --sample (default 0)")
     p.add_argument("--names", help="comma-separated schema names to run")
-    p.add_argument("--shard", help="K/N: every N-th of the selected schemas, starting at the K-th (0-based), so N "
-                   "processes can share a run; merge their --json-out files with --merge")
+    p.add_argument(
+        "--shard",
+        help="K/N: every N-th of the selected schemas, starting at the K-th (0-based), so N "
+        "processes can share a run; merge their --json-out files with --merge",
+    )
     p.add_argument("--merge", nargs="+", type=Path, help="print the table of these --json-out files together")
     p.add_argument("--engines", default=",".join(ENGINES), help=f"comma-separated, from {','.join(ENGINES)}")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per schema and engine, compile + tests")
     p.add_argument("--max-rss-mb", type=float, default=8192.0, help="kill a worker whose RSS passes this (MiB)")
     p.add_argument("--xgrammar-strict", action="store_true", help="xgrammar's strict_mode=True")
-    p.add_argument("--xgrammar-cache", choices=("on", "off"), default="on",
-                   help="xgrammar's compiler cache, shared across schemas (default on, as in a server)")
+    p.add_argument(
+        "--xgrammar-cache",
+        choices=("on", "off"),
+        default="on",
+        help="xgrammar's compiler cache, shared across schemas (default on, as in a server)",
+    )
     p.add_argument("--json-out", type=Path, help="write per-schema records and the summary here")
-    p.add_argument("--plot", type=Path, help="write a PNG of each engine's distribution of time per mask here "
-                   "(benchmarks/plots.py; needs matplotlib, in the bench extra)")
+    p.add_argument(
+        "--plot",
+        type=Path,
+        help="write a PNG of each engine's distribution of time per mask here "
+        "(benchmarks/plots.py; needs matplotlib, in the bench extra)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress line per schema")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--worker-fds", help=argparse.SUPPRESS)
@@ -1205,8 +1324,11 @@ def main(argv: list[str] | None = None) -> int:
                     c = classify(rec, tests)
                     bad = c["validation_errors"] + c["invalidation_errors"]
                     declared = c["validation_errors_declared_order"] + c["invalidation_errors"]
-                    line.append(f"{e} {1e3 * rec['ttfm_s']:.0f}ms" + (f" {bad} wrong" if bad else "")
-                                + (f" ({declared} in declared order)" if declared != bad else ""))
+                    line.append(
+                        f"{e} {1e3 * rec['ttfm_s']:.0f}ms"
+                        + (f" {bad} wrong" if bad else "")
+                        + (f" ({declared} in declared order)" if declared != bad else "")
+                    )
                 else:
                     line.append(f"{e} {rec['status']}")
             if not args.quiet:
@@ -1221,8 +1343,19 @@ def main(argv: list[str] | None = None) -> int:
 
     elapsed = time.perf_counter() - t_start
     unavailable = {e: workers[e].unavailable for e in engines if workers[e].unavailable is not None}
-    report(args, command, started, elapsed, load_at_start, entries, tests_by_schema, records, tbm_by_schema,
-           {e: workers[e] for e in live}, unavailable)
+    report(
+        args,
+        command,
+        started,
+        elapsed,
+        load_at_start,
+        entries,
+        tests_by_schema,
+        records,
+        tbm_by_schema,
+        {e: workers[e] for e in live},
+        unavailable,
+    )
     return 0
 
 
@@ -1251,8 +1384,10 @@ def merge(args: argparse.Namespace, files: list[Path]) -> int:
     for e in live:
         parts = [next(s for s in run["summary"] if s["engine"] == e) for run in runs]
         workers[e] = argparse.Namespace(
-            version=runs[0]["engines"][e], peak_mb=max(p["peak_rss_mb"] for p in parts),
-            base_rss_mb=[p["base_rss_mb"] for p in parts], setup_s=[p["setup_s"] for p in parts],
+            version=runs[0]["engines"][e],
+            peak_mb=max(p["peak_rss_mb"] for p in parts),
+            base_rss_mb=[p["base_rss_mb"] for p in parts],
+            setup_s=[p["setup_s"] for p in parts],
             starts=sum(p["worker_starts"] for p in parts),
         )
     for option in ("timeout", "max_rss_mb", "xgrammar_strict", "xgrammar_cache"):
@@ -1260,8 +1395,19 @@ def merge(args: argparse.Namespace, files: list[Path]) -> int:
     command = " ; ".join(run["command"] for run in runs)
     elapsed = max(run["wall_s"] for run in runs)
     load = f"{len(runs)} shards in parallel"
-    report(args, command, runs[0]["started"], elapsed, load, entries, tests_by_schema, records, tbm_by_schema,
-           workers, runs[0]["unavailable"])
+    report(
+        args,
+        command,
+        runs[0]["started"],
+        elapsed,
+        load,
+        entries,
+        tests_by_schema,
+        records,
+        tbm_by_schema,
+        workers,
+        runs[0]["unavailable"],
+    )
     return 0
 
 
@@ -1270,8 +1416,19 @@ def _count(tokens: list[int] | int) -> int:
     return tokens if isinstance(tokens, int) else len(tokens)
 
 
-def report(args, command, started, elapsed, load_at_start, entries, tests_by_schema, records, tbm_by_schema, workers,
-           unavailable) -> None:
+def report(
+    args,
+    command,
+    started,
+    elapsed,
+    load_at_start,
+    entries,
+    tests_by_schema,
+    records,
+    tbm_by_schema,
+    workers,
+    unavailable,
+) -> None:
     """Print the table (and write --json-out) for the records of a run."""
     live = list(workers)
     tbm = {e: [t for times in tbm_by_schema[e] for t in times] for e in live}
@@ -1288,8 +1445,14 @@ def report(args, command, started, elapsed, load_at_start, entries, tests_by_sch
             for i in idx:
                 c = classify(records[e][i], tests_by_schema[i])
                 passing += c["validation_errors"] == 0 and c["invalidation_errors"] == 0
-            rows.append({"engine": e, "passing": passing, "ttfm_ms": {q: 1e3 * pct(ttfm, q) for q in (50, 90, 99)},
-                         "tbm_us": {q: 1e6 * pct(times, q) for q in (50, 99)}})
+            rows.append(
+                {
+                    "engine": e,
+                    "passing": passing,
+                    "ttfm_ms": {q: 1e3 * pct(ttfm, q) for q in (50, 90, 99)},
+                    "tbm_us": {q: 1e6 * pct(times, q) for q in (50, 99)},
+                }
+            )
         common = {"schemas": len(idx), "rows": rows}
 
     versions = {e: workers[e].version for e in live}
@@ -1314,32 +1477,49 @@ def report(args, command, started, elapsed, load_at_start, entries, tests_by_sch
         repeats += key in seen
         seen.add(key)
     if repeats:
-        notes.append(f"- {repeats} schema(s) of the sample repeat an earlier one exactly (an engine's compile cache "
-                     "can answer them at once).")
+        notes.append(
+            f"- {repeats} schema(s) of the sample repeat an earlier one exactly (an engine's compile cache "
+            "can answer them at once)."
+        )
     if skipped:
-        notes.append(f"- {skipped} test(s) skipped for every engine: their compact text has no UTF-8 form or does "
-                     "not round-trip through the tokenizer.")
+        notes.append(
+            f"- {skipped} test(s) skipped for every engine: their compact text has no UTF-8 form or does "
+            "not round-trip through the tokenizer."
+        )
     disagreements = label_disagreements(entries, tests_by_schema, records) if len(live) > 1 else []
     if disagreements:
-        notes.append(f"- {len(disagreements)} test(s) where every engine that ran them (at least two) disagrees "
-                     "with the data's label (before doubting the label, see each rejection's `context` and `at_key` "
-                     "in the JSON records: often it is a property order the engines impose): " + "; ".join(
-                         f"{d['schema']} #{d['test']} (labelled {'valid' if d['label_valid'] else 'invalid'})"
-                         for d in disagreements[:10]) + (" ..." if len(disagreements) > 10 else ""))
+        notes.append(
+            f"- {len(disagreements)} test(s) where every engine that ran them (at least two) disagrees "
+            "with the data's label (before doubting the label, see each rejection's `context` and `at_key` "
+            "in the JSON records: often it is a property order the engines impose): "
+            + "; ".join(
+                f"{d['schema']} #{d['test']} (labelled {'valid' if d['label_valid'] else 'invalid'})"
+                for d in disagreements[:10]
+            )
+            + (" ..." if len(disagreements) > 10 else "")
+        )
     for e in live:
-        at_key = sum(bool(res.get("at_key")) for rec, tests in zip(records[e], tests_by_schema)
-                     if rec["status"] == "ok" for t, res in zip(tests, rec["tests"]) if t["valid"]
-                     and res["outcome"] == "rejected")
+        at_key = sum(
+            bool(res.get("at_key"))
+            for rec, tests in zip(records[e], tests_by_schema)
+            if rec["status"] == "ok"
+            for t, res in zip(tests, rec["tests"])
+            if t["valid"] and res["outcome"] == "rejected"
+        )
         if at_key:
-            notes.append(f"- {e}: {at_key} of its validation errors happen where a property name starts (its "
-                         "property order, or a key it does not allow there).")
+            notes.append(
+                f"- {e}: {at_key} of its validation errors happen where a property name starts (its "
+                "property order, or a key it does not allow there)."
+            )
     notes.append(declared_note(summaries, tests_by_schema))
     for s in summaries:
         if s["inconsistent"]:
             notes.append(f"- {s['engine']}: {s['inconsistent']} token(s) allowed by the mask but refused by advance.")
         if s["worker_starts"] > 1:
-            notes.append(f"- {s['engine']}: its worker was started {s['worker_starts']} times (after timeouts / "
-                         f"crashes); set-up took {s['setup_s']:.1f} s (median), outside every figure.")
+            notes.append(
+                f"- {s['engine']}: its worker was started {s['worker_starts']} times (after timeouts / "
+                f"crashes); set-up took {s['setup_s']:.1f} s (median), outside every figure."
+            )
     table = markdown(summaries, unavailable, common, header, notes)
     print(table)
 
@@ -1349,9 +1529,11 @@ def report(args, command, started, elapsed, load_at_start, entries, tests_by_sch
             "started": started,
             "wall_s": elapsed,
             "data": str(args.data),
-            "args": {k: (str(v) if isinstance(v, Path) else [str(x) for x in v] if k == "merge" and v else v)
-                     for k, v in vars(args).items()
-                     if not k.startswith("worker")},
+            "args": {
+                k: (str(v) if isinstance(v, Path) else [str(x) for x in v] if k == "merge" and v else v)
+                for k, v in vars(args).items()
+                if not k.startswith("worker")
+            },
             "engines": versions,
             "unavailable": unavailable,
             "summary": summaries,
@@ -1361,12 +1543,17 @@ def report(args, command, started, elapsed, load_at_start, entries, tests_by_sch
                 {
                     "index": entry["index"],
                     "name": entry["name"],
-                    "tests": [{"valid": t["valid"], "description": t["description"],
-                               "tokens": _count(t.get("tokens", [])),
-                               **({"skip": t["skip"]} if "skip" in t else {}),
-                               **({"declared_tokens": _count(t["declared_tokens"])} if "declared_tokens" in t else {}),
-                               **({"declared_skip": t["declared_skip"]} if "declared_skip" in t else {})}
-                              for t in tests],
+                    "tests": [
+                        {
+                            "valid": t["valid"],
+                            "description": t["description"],
+                            "tokens": _count(t.get("tokens", [])),
+                            **({"skip": t["skip"]} if "skip" in t else {}),
+                            **({"declared_tokens": _count(t["declared_tokens"])} if "declared_tokens" in t else {}),
+                            **({"declared_skip": t["declared_skip"]} if "declared_skip" in t else {}),
+                        }
+                        for t in tests
+                    ],
                     "engines": {e: records[e][k] for e in live},
                 }
                 for k, (entry, tests) in enumerate(zip(entries, tests_by_schema))
@@ -1378,8 +1565,6 @@ def report(args, command, started, elapsed, load_at_start, entries, tests_by_sch
         print(f"\nper-schema records: {args.json_out}", file=sys.stderr)
     if args.plot:
         print(f"mask-time plot: {_load_sibling('plots').plot_mask_times(out, args.plot)}", file=sys.stderr)
-
-
 
 
 if __name__ == "__main__":
