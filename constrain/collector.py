@@ -2,10 +2,10 @@
 
 A large compile allocates structures that survive every collection (expression trees, rule automata, the
 compiler's tables), so each automatic full collection during it walks all of them again, and the larger the
-process already is, the longer each takes: on the MaskBench dev set, cityjson (3,959 rules) spent 1.1 of its
-3.7 s in three full collections, in a process that had compiled 1,200 schemas before it. Pausing every compile
-made small ones slower (their collection moved to the first mask, their garbage lived longer), so only a compile
-that has already run :data:`PAUSE_AFTER` seconds pauses (see :func:`~constrain.automata.limits.deadline`). Reference
+process already is, the longer each takes (cityjson, 3,959 rules, spends about a third of its compile in full
+collections in a process that has compiled 1,200 schemas before it). Pausing every compile would make small ones
+slower (their collection moves to the first mask, their garbage lives longer), so only a compile that has already
+run :data:`PAUSE_AFTER` seconds pauses (see :func:`~constrain.automata.limits.deadline`). Reference
 counting still frees whatever a compile drops; cycles it leaves are collected once no pause is under way.
 """
 
