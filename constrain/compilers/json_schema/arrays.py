@@ -20,7 +20,7 @@ class _ArrayRules:
 
     A mixin of :class:`~constrain.compilers.json_schema.compiler._Compiler`. It relies on the compiler's ``doc``,
     ``node`` and ``rules``; on its methods ``conj``, ``normalise``, ``live_keys``, ``known_here``, ``layout``,
-    ``bracketed``, ``refuse`` and ``unsatisfiable``; on ``negate`` and ``in_place``
+    ``bracketed``, ``refuse`` and ``unsatisfiable``; on ``negate`` and ``evaluated_beside``
     (:class:`~constrain.compilers.json_schema.combinators._Combinators`); and on ``finite_candidates`` and
     ``value_literal`` (:class:`~constrain.compilers.json_schema.enums._EnumRules`)."""
 
@@ -246,12 +246,7 @@ class _ArrayRules:
         length = len(prefix)
         evaluates_all = False
         with_contains = "contains" in self.live_keys(part)
-        scope = self.in_place(part.ptr)
-        for q in sh.parts:
-            if q.neg is not None or q.ptr not in scope or q.ptr == part.ptr:
-                continue
-            qnode = self.node(q.ptr)
-            qlive = set(self.live_keys(q))
+        for _, qnode, qlive in self.evaluated_beside(part, sh):
             items = qnode.get("items") if "items" in qlive else None
             if isinstance(items, list):
                 length = max(length, len(items))

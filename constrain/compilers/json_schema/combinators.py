@@ -5,7 +5,7 @@ alternatives of conjunctions, the negation of a schema, and the merging of a con
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from itertools import product
 from typing import Any
 
@@ -50,6 +50,17 @@ def _disjoint(a: dict, b: dict) -> bool:
             if y.get("closed") and x["required"] - y.get("declared", set()):
                 return True
     return False
+
+
+#: The bound of a shape that the negation of a count keyword tightens: not ``minLength: n`` is ``maxLength: n - 1``.
+_NEGATED_COUNTS = {
+    "minLength": "max_len",
+    "maxLength": "min_len",
+    "minItems": "max_items",
+    "maxItems": "min_items",
+    "minProperties": "max_props",
+    "maxProperties": "min_props",
+}
 
 
 class _Combinators:
@@ -631,14 +642,8 @@ class _Combinators:
         elif kw in ("maximum", "exclusiveMaximum"):
             strict = kw == "exclusiveMaximum" or (self.doc.draft4 and node.get("exclusiveMaximum") is True)
             sh.lower(_to_decimal(value), not strict, at)
-        elif kw == "minLength":
-            if value == 0:
-                sh.restrict(set(), message, *at)
-            elif sh.max_len is None or value - 1 < sh.max_len:
-                sh.max_len, sh.max_len_at = int(value) - 1, at
-        elif kw == "maxLength":
-            if value + 1 > sh.min_len:
-                sh.min_len, sh.min_len_at = int(value) + 1, at
+        elif kw in _NEGATED_COUNTS:
+            self._negate_count(sh, kw, value, message, at)
         elif kw == "pattern":
             sh.neg_patterns.append((value, at[0]))
         elif kw == "multipleOf":
@@ -650,26 +655,35 @@ class _Combinators:
                 self.refuse(at[0], kw, f"cannot negate the unsupported format {value!r}", "ignored")
             else:
                 sh.restrict(set(), message, *at)  # an unknown format holds for every string
-        elif kw == "minItems":
-            if value == 0:
-                sh.restrict(set(), message, *at)
-            elif sh.max_items is None or value - 1 < sh.max_items:
-                sh.max_items, sh.max_items_at = int(value) - 1, at
-        elif kw == "maxItems":
-            if value + 1 > sh.min_items:
-                sh.min_items, sh.min_items_at = int(value) + 1, at
-        elif kw == "minProperties":
-            if value == 0:
-                sh.restrict(set(), message, *at)
-            elif sh.max_props is None or value - 1 < sh.max_props:
-                sh.max_props, sh.max_props_at = int(value) - 1, at
-        elif kw == "maxProperties":
-            if value + 1 > sh.min_props:
-                sh.min_props, sh.min_props_at = int(value) + 1, at
         else:  # pragma: no cover
             raise AssertionError(kw)
 
+    @staticmethod
+    def _negate_count(sh: _Shape, kw: str, value: Any, message: str, at: tuple) -> None:
+        """Tighten ``sh`` by the negation of a count bound: not ``minX: n`` is ``maxX: n - 1`` (nothing when n is
+        0), not ``maxX: n`` is ``minX: n + 1``."""
+        bound = _NEGATED_COUNTS[kw]
+        if kw.startswith("min"):
+            current = getattr(sh, bound)
+            if value == 0:
+                sh.restrict(set(), message, *at)
+            elif current is None or value - 1 < current:
+                setattr(sh, bound, int(value) - 1)
+                setattr(sh, f"{bound}_at", at)
+        elif value + 1 > getattr(sh, bound):
+            setattr(sh, bound, int(value) + 1)
+            setattr(sh, f"{bound}_at", at)
+
     # -- subschemas evaluated in place -----------------------------------------------------------------------
+
+    def evaluated_beside(self, part: _Part, sh: _Shape) -> Iterator[tuple[_Part, Any, set[str]]]:
+        """The other positive parts of ``sh`` evaluated in place of ``part`` (whose annotations ``unevaluated*``
+        sees), each with its schema node and live keywords."""
+        scope = self.in_place(part.ptr)
+        for q in sh.parts:
+            if q.neg is not None or q.ptr not in scope or q.ptr == part.ptr:
+                continue
+            yield q, self.node(q.ptr), set(self.live_keys(q))
 
     def in_place(self, ptr: str) -> set[str]:
         """Pointers of the subschemas evaluated in place of ``ptr`` (whose annotations it sees)."""

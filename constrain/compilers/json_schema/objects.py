@@ -51,7 +51,7 @@ class _ObjectRules:
     A mixin of :class:`~constrain.compilers.json_schema.compiler._Compiler`. It relies on the compiler's ``doc``,
     ``node``, ``rules``, ``names`` and ``ap_default``; on its methods ``conj``, ``normalise``, ``live_keys``,
     ``known_here``, ``layout``, ``shared``, ``bracketed``, ``refuse`` and ``unsatisfiable``; on ``merge`` and
-    ``in_place`` (:class:`~constrain.compilers.json_schema.combinators._Combinators`); and on ``search``,
+    ``evaluated_beside`` (:class:`~constrain.compilers.json_schema.combinators._Combinators`); and on ``search``,
     ``string_cdfa`` and ``encoded`` (:class:`~constrain.compilers.json_schema.strings._StringRules`)."""
 
     def object_expr(self, sh: _Shape, depth: int | None, name: str) -> Expr:
@@ -312,12 +312,7 @@ class _ObjectRules:
         if "unevaluatedProperties" in live and self.known_here("unevaluatedProperties") and info.additional is None:
             info.unevaluated = f"{part.ptr}/unevaluatedProperties"
             info.evaluated_names = set(info.props)
-            scope = self.in_place(part.ptr)
-            for q in sh.parts:
-                if q.neg is not None or q.ptr not in scope or q.ptr == part.ptr:
-                    continue
-                qnode = self.node(q.ptr)
-                qlive = set(self.live_keys(q))
+            for q, qnode, qlive in self.evaluated_beside(part, sh):
                 if "properties" in qlive:
                     info.evaluated_names.update(qnode["properties"])
                 if "patternProperties" in qlive:
