@@ -8,7 +8,7 @@ list of states, so ``copy()`` (beam search, speculation) is O(1) and ``rollback(
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -120,22 +120,28 @@ class Matcher:
         return nxt
 
     def advance(self, tokens: int | Iterable[int]) -> None:
-        """Read one token, or several in order. A disallowed token raises TokenError and changes nothing."""
-        if isinstance(tokens, (int, np.integer)):
-            self._step = _Step(self._next_state(self._step.state, int(tokens)), self._step, self._step.depth + 1)
+        """Read one token, or several in order. A disallowed token raises TokenError and changes nothing.
+
+        A token is a Python int, a numpy integer, or a 0-d / one-element integer array or tensor (what
+        :meth:`~constrain.decoding.sampling.Sampler.sample` returns for one row); several are any iterable of those.
+        Anything else (a bool, a float, a str, bytes, None) raises TokenError."""
+        single = _single_token(tokens)
+        if single is not None:
+            self._step = _Step(self._next_state(self._step.state, single), self._step, self._step.depth + 1)
             return
         step = self._step
-        for i, token in enumerate(tokens):
+        for i, token in enumerate(_token_sequence(tokens)):
             try:
-                step = _Step(self._next_state(step.state, int(token)), step, step.depth + 1)
+                step = _Step(self._next_state(step.state, as_token_id(token)), step, step.depth + 1)
             except TokenError as exc:
                 raise TokenError(f"at position {i} of the tokens given: {exc}") from None
         self._step = step
 
     def accepts(self, token: int) -> bool:
-        """Whether ``token`` is allowed now (nothing changes)."""
+        """Whether ``token`` is allowed now (nothing changes). TokenError if ``token`` is not a token id."""
+        token = as_token_id(token)
         try:
-            self._next_state(self._step.state, int(token))
+            self._next_state(self._step.state, token)
         except TokenError:
             return False
         return True
@@ -143,12 +149,13 @@ class Matcher:
     def count_accepted(self, tokens: Sequence[int]) -> int:
         """How many leading tokens of ``tokens`` the structure accepts in order (nothing changes)."""
         state = self._step.state
-        for i, token in enumerate(tokens):
+        ids = [as_token_id(token) for token in _token_sequence(tokens)]
+        for i, token in enumerate(ids):
             try:
-                state = self._next_state(state, int(token))
+                state = self._next_state(state, token)
             except TokenError:
                 return i
-        return len(tokens)
+        return len(ids)
 
     def rollback(self, num_tokens: int = 1) -> None:
         """Undo the last ``num_tokens`` tokens."""
@@ -255,3 +262,46 @@ def _as_numpy_bitmask(bitmask) -> np.ndarray:
             raise ShapeError("fill_bitmask writes into a CPU bitmask; copy it to the device afterwards")
         return bitmask.numpy()
     raise ShapeError(f"bitmask must be a numpy array or a CPU torch tensor, got {type(bitmask).__name__}")
+
+
+_INTEGER_TENSOR_TYPES = frozenset({"torch.int64", "torch.int32", "torch.int16", "torch.int8", "torch.uint8"})
+
+
+def as_token_id(value: Any) -> int:
+    """``value`` as a token id: a Python int, a numpy integer, or a 0-d / one-element integer array or tensor.
+    TokenError for anything else, so that a bool, a float or a string is never read as a token."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.ndarray) and value.size == 1 and value.dtype.kind in "iu":
+        return int(value.reshape(()))
+    if type(value).__module__.startswith("torch") and hasattr(value, "numel"):
+        if value.numel() == 1 and str(value.dtype) in _INTEGER_TENSOR_TYPES:
+            return int(value.reshape(()).item())
+    raise TokenError(f"a token id must be an integer, got {type(value).__name__} {value!r:.80}")
+
+
+def _single_token(tokens: Any) -> int | None:
+    """The id when ``tokens`` is one token (a scalar, or a 0-d array or tensor), else None."""
+    if isinstance(tokens, (int, np.integer)) and not isinstance(tokens, (bool, np.bool_)):
+        return int(tokens)
+    if getattr(tokens, "ndim", None) == 0:
+        return as_token_id(tokens)
+    return None
+
+
+def _token_sequence(tokens: Any) -> Iterable[Any]:
+    """``tokens`` as an iterable of tokens; TokenError for what is not a sequence of token ids."""
+    if isinstance(tokens, (str, bytes, bytearray, bool, np.bool_, float)) or tokens is None:
+        raise TokenError(
+            f"tokens must be a token id or a sequence of token ids, got {type(tokens).__name__} {tokens!r:.80}"
+        )
+    if type(tokens).__module__.startswith("torch") and hasattr(tokens, "tolist"):
+        return tokens.reshape(-1).tolist() if str(tokens.dtype) in _INTEGER_TENSOR_TYPES else [tokens]
+    if isinstance(tokens, np.ndarray):
+        return tokens.reshape(-1).tolist() if tokens.dtype.kind in "iu" else [tokens]
+    try:
+        return list(tokens)
+    except TypeError:
+        raise TokenError(f"tokens must be a token id or a sequence of token ids, got {type(tokens).__name__}") from None

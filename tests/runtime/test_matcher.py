@@ -204,3 +204,53 @@ def test_matchers_share_one_structure_across_threads(gemma_vocab):
     assert results
     for text in results:
         assert re.fullmatch(pattern, text.decode()), text
+
+
+# -- what a token id may be --------------------------------------------------------------------------------------
+
+
+def _digits_matcher():
+    from constrain.testing import byte_vocabulary
+
+    return compile_regex(r"[0-9]+", byte_vocabulary()).matcher()
+
+
+def test_the_samplers_output_is_a_token():
+    """Sampler.sample on 1-D torch logits gives a 0-d tensor: advance reads it as the token it holds."""
+    import torch
+
+    from constrain import Sampler, SamplingParams
+
+    matcher = _digits_matcher()
+    logits = torch.full((matcher.structure.vocab.size,), -1e9)
+    logits[ord("7")] = 0.0
+    token = Sampler(SamplingParams(temperature=0.0)).sample(logits)
+    assert isinstance(token, torch.Tensor) and token.ndim == 0
+    matcher.advance(token)
+    assert matcher.num_tokens == 1 and matcher.accepts(torch.tensor([ord("8")]))
+    matcher.advance(np.array(ord("8")))
+    matcher.advance(np.int32(ord("9")))
+    matcher.advance(torch.tensor([ord("1"), ord("2")], dtype=torch.int32))
+    matcher.advance(np.array([ord("3")], dtype=np.uint8))
+    assert matcher.num_tokens == 6 and matcher.is_accepting()
+
+
+@pytest.mark.parametrize("bad", [True, np.bool_(True), 1.0, None, "12", b"12", np.float32(49.0), [49, 2.5], ["1"]])
+def test_what_is_not_a_token_id_is_refused(bad):
+    matcher = _digits_matcher()
+    with pytest.raises(TokenError):
+        matcher.advance(bad)
+    assert matcher.num_tokens == 0  # nothing read
+    if not isinstance(bad, list):
+        with pytest.raises(TokenError):
+            matcher.accepts(bad)
+
+
+def test_float_and_bool_arrays_are_refused():
+    import torch
+
+    matcher = _digits_matcher()
+    for bad in (torch.tensor(49.0), torch.tensor([True]), np.array([49.0]), np.array(True)):
+        with pytest.raises(TokenError):
+            matcher.advance(bad)
+    assert matcher.num_tokens == 0
