@@ -46,24 +46,27 @@ _DEADLINE: contextvars.ContextVar[_Deadline | None] = contextvars.ContextVar("co
 
 
 class _KernelCompileTime(numba_events.Listener):
-    """The CPU seconds spent holding numba's compiler lock: compiling kernels (the first run on a machine, a few
-    seconds) or loading them from the cache (the first use in a process). The lock is re-entrant, so only the
-    outermost hold of each thread counts."""
+    """The CPU seconds each thread spends holding numba's compiler lock: compiling kernels (the first run on a
+    machine, a few seconds) or loading them from the cache (the first use in a process). The lock is re-entrant,
+    so only the outermost hold of each thread counts."""
 
     def __init__(self) -> None:
-        self.seconds = 0.0
         self._local = threading.local()
 
     def on_start(self, event) -> None:
         depth = getattr(self._local, "depth", 0)
         self._local.depth = depth + 1
         if depth == 0:
-            self._local.started = time.process_time()
+            self._local.started = time.thread_time()
 
     def on_end(self, event) -> None:
         self._local.depth -= 1
         if self._local.depth == 0:
-            self.seconds += time.process_time() - self._local.started
+            self._local.seconds = self.seconds() + time.thread_time() - self._local.started
+
+    def seconds(self) -> float:
+        """This thread's seconds so far."""
+        return getattr(self._local, "seconds", 0.0)
 
 
 _KERNEL_COMPILES = _KernelCompileTime()
@@ -71,9 +74,11 @@ numba_events.register("numba:compiler_lock", _KERNEL_COMPILES)
 
 
 def compile_clock() -> float:
-    """This process's CPU seconds, less those spent compiling or loading numba kernels: the clock compile time
-    limits read, so a first compile on a fresh machine is not refused for the kernels' one-off cost."""
-    return time.process_time() - _KERNEL_COMPILES.seconds
+    """The calling thread's CPU seconds, less those it spent compiling or loading numba kernels: the clock compile
+    time limits read. CPU time, so a loaded machine does not change the outcome; the thread's own, so compiles
+    running in other threads at the same time do not count against it; and a first compile on a fresh machine is
+    not refused for the kernels' one-off cost."""
+    return time.thread_time() - _KERNEL_COMPILES.seconds()
 
 
 @contextmanager

@@ -1,0 +1,55 @@
+"""Compile time limits read the compiling thread's own CPU time."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from constrain.automata.limits import compile_clock
+from constrain.compilers.json_schema import schema_to_grammar
+
+
+def _burn(seconds: float) -> None:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def test_the_clock_does_not_count_other_threads():
+    started = compile_clock()
+    worker = threading.Thread(target=_burn, args=(0.4,))
+    worker.start()
+    worker.join()
+    assert compile_clock() - started < 0.1
+
+
+def _schema(tag: str) -> dict:
+    names = [f"{tag}_{i}" for i in range(250)]
+    properties = {name: {"type": "string", "maxLength": 3 + i % 9} for i, name in enumerate(names)}
+    return {"type": "object", "properties": properties, "required": names[::3]}
+
+
+def test_compiles_in_threads_each_get_their_own_time_limit():
+    """Four compiles at once each fit a limit that one alone fits with room, though together they take longer."""
+    schema_to_grammar(_schema("warm"))  # imports, kernels and the automata every such schema shares
+    started = time.thread_time()
+    schema_to_grammar(_schema("alone"))
+    alone = time.thread_time() - started
+    limit = max(3 * alone, 0.05)
+    outcomes: list[object] = []
+
+    def compile_one(tag: str) -> None:
+        try:
+            schema_to_grammar(_schema(tag), time_limit=limit)
+            outcomes.append("ok")
+        except Exception as exc:  # a refusal: the test fails below, naming it
+            outcomes.append(exc)
+
+    wall = time.perf_counter()
+    threads = [threading.Thread(target=compile_one, args=(f"t{k}",)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert outcomes == ["ok"] * 4, outcomes
+    assert time.perf_counter() - wall > limit  # together they ran past one limit: a process clock would refuse
