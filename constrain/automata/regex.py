@@ -199,6 +199,8 @@ def add_regex(nfa: ByteNFA, pattern: str, src: int, dst: int, *, anchors: bool =
     parser = _Parser(pattern)
     try:
         tree = parser.parse()
+    except RecursionError:
+        raise RegexError("groups nest too deeply", pattern, deep_nesting_offset(pattern)) from None
     except (NoMatch, InvalidSyntax, Unsupported) as exc:
         try:  # Python's own parser gives the better message and position for plain syntax errors
             re.compile(pattern)
@@ -206,7 +208,27 @@ def add_regex(nfa: ByteNFA, pattern: str, src: int, dst: int, *, anchors: bool =
             raise RegexError(syntax.msg, pattern, syntax.pos) from None
         position = exc.index if isinstance(exc, NoMatch) else parser.index
         raise RegexError(str(exc) if not isinstance(exc, NoMatch) else "cannot parse", pattern, position) from None
-    _Builder(nfa, pattern, anchors).build(tree, src, dst, REFlags(0))
+    try:
+        _Builder(nfa, pattern, anchors).build(tree, src, dst, REFlags(0))
+    except RecursionError:
+        raise RegexError("groups nest too deeply", pattern, deep_nesting_offset(pattern)) from None
+
+
+#: The group depth past which :func:`deep_nesting_offset` points: deeper nesting than any real pattern needs.
+NESTING_HINT = 100
+
+
+def deep_nesting_offset(text: str) -> int | None:
+    """Where ``text`` first opens a parenthesis deeper than :data:`NESTING_HINT` (for the error's position)."""
+    depth = 0
+    for i, ch in enumerate(text):
+        if ch == "(":
+            depth += 1
+            if depth > NESTING_HINT:
+                return i
+        elif ch == ")":
+            depth -= 1
+    return None
 
 
 class _Builder:

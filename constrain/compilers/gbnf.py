@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 
+from constrain.automata.regex import deep_nesting_offset
 from constrain.automata.utf8 import MAX_CODE_POINT, SURROGATES, complement_ranges
 from constrain.errors import ArgumentError, GrammarSyntaxError
 from constrain.grammar.ir import Alt, Expr, Grammar, Literal, Ref, Regex, Repeat, Seq
@@ -267,7 +268,11 @@ def gbnf_to_grammar(text: str, start: str = "root") -> Grammar:
     """The grammar IR of a GBNF grammar; ``start`` names the rule the whole text must match."""
     if not isinstance(text, str):
         raise ArgumentError("text", text, "a GBNF grammar must be a str")
-    return Grammar(_Parser(text).parse(), start)
+    try:
+        return Grammar(_Parser(text).parse(), start)
+    except RecursionError:
+        offset = deep_nesting_offset(text)
+        raise GrammarSyntaxError.at("groups nest too deeply", text, offset if offset is not None else 0) from None
 
 
 def compile_gbnf(text: str, vocab: Vocabulary, *, start: str = "root", **options) -> GrammarStructure:

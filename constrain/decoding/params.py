@@ -74,8 +74,8 @@ class SamplingParams:
         real("presence_penalty", None, None, False, "must be a finite number")
         for name in ("top_k", "no_repeat_ngram_size"):
             v = getattr(self, name)
-            if not _is_int(v) or v < 0:
-                raise SamplingParamsError(name, v, "must be an int >= 0 (0 disables it)")
+            if not _is_int(v) or not 0 <= v < 2**63:
+                raise SamplingParamsError(name, v, "must be an int with 0 <= value < 2**63 (0 disables it)")
             object.__setattr__(self, name, int(v))
         if self.seed is not None:
             if not _is_int(self.seed) or self.seed < 0:

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from constrain.automata.dfa import ByteDFA
-from constrain.errors import ShapeError, TokenError
+from constrain.errors import ArgumentError, ShapeError, TokenError
 from constrain.runtime.masks import (
     DEFAULT_CACHE_BYTES,
     MaskCache,
@@ -216,6 +216,10 @@ class Matcher:
         shape = bitmask.shape
         if bitmask.dtype != np.int32 or len(shape) != 2 or shape[1] < width:
             raise ShapeError(f"bitmask must be int32 of shape (batch, >= {width}), got {bitmask.dtype} {shape}")
+        if not bitmask.flags.writeable:
+            raise ShapeError("bitmask is read-only: fill_bitmask writes into it")
+        if not isinstance(row, (int, np.integer)) or isinstance(row, (bool, np.bool_)):
+            raise ArgumentError("row", row, "an int index of the bitmask's rows")
         if not 0 <= row < shape[0]:
             raise ShapeError(f"row {row} is out of range for a bitmask of {shape[0]} rows")
         if shape[1] == width:

@@ -27,7 +27,7 @@ from constrain.compilers.json_schema.numbers import _NumberRules
 from constrain.compilers.json_schema.objects import _ObjectRules
 from constrain.compilers.json_schema.rules import _finalize
 from constrain.compilers.json_schema.strings import _StringRules
-from constrain.errors import GrammarError, JsonSchemaError
+from constrain.errors import ArgumentError, GrammarError, JsonSchemaError
 from constrain.grammar.ir import Alt, Expr, Grammar, Ref, Seq
 from constrain.runtime.pushdown import compile_grammar
 
@@ -391,9 +391,9 @@ def schema_to_grammar(
     declare ``properties`` (and no ``additionalProperties``/``patternProperties``) as closed.
     """
     if whitespace not in ("compact", "flexible", "indent"):
-        raise ValueError(f"whitespace must be 'compact', 'flexible' or 'indent', not {whitespace!r}")
+        raise ArgumentError("whitespace", whitespace, "'compact', 'flexible' or 'indent'")
     if not isinstance(max_whitespace, int) or max_whitespace < 0:
-        raise ValueError(f"max_whitespace must be a non-negative int, not {max_whitespace!r}")
+        raise ArgumentError("max_whitespace", max_whitespace, "a non-negative int")
     compiler = None
     try:
         with deadline(None if time_limit is None else compile_clock() + time_limit):
