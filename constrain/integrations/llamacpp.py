@@ -448,7 +448,8 @@ def vocabulary_from_llama(
     if memo["vocab"] is not None:
         return memo["vocab"]
     key = _llama_key(llm, tokens) if cache else None
-    path = cache_dir("vocab") / f"llama-{key}.npz" if key else None
+    folder = cache_dir("vocab") if key else None
+    path = folder / f"llama-{key}.npz" if folder is not None else None
     vocab = None
     if path is not None and path.exists():
         try:

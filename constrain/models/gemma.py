@@ -48,7 +48,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from constrain.cache import cache_dir
+from constrain.cache import disk_dir
 from constrain.errors import ConstrainError
 from constrain.extras import check_installed
 from constrain.models.tokenizers import gemma_gguf_path, load_gemma_tokenizer
@@ -71,7 +71,7 @@ def gguf_model_path() -> Path:
 
 def default_model_dir() -> Path:
     """The folder holding the converted safetensors weights (it may not exist yet)."""
-    return cache_dir(*_MODEL_DIR[:-1]) / _MODEL_DIR[-1]
+    return disk_dir(*_MODEL_DIR[:-1]) / _MODEL_DIR[-1]
 
 
 def _gguf_sha256() -> str:

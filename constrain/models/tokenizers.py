@@ -25,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from constrain.cache import cache_dir
+from constrain.cache import disk_dir
 from constrain.errors import VocabularyError
 from constrain.extras import check_installed, require
 
@@ -79,7 +79,7 @@ def load_gemma_tokenizer() -> Any:
     The first call converts it from the GGUF (about 30 s on 2 cores) and saves it; later calls load the saved copy.
     """
     check_installed("transformers", "gguf", "sentencepiece", extra="demo", feature="load_gemma_tokenizer")
-    folder = cache_dir(*_GEMMA_DIR)
+    folder = disk_dir(*_GEMMA_DIR)
     marker = {"source": "gemma-3-270m-q4_k_m.gguf", "sha256": _gemma_sha256()}
     if not _marker_ok(folder, marker):
         with _lock:
@@ -125,7 +125,7 @@ def load_cl100k_byte_level() -> Any:
     tokens at tiktoken's ids (100256 and 100261-100275 stay holes). Converted once (~2 s) and cached."""
     from tokenizers import Tokenizer
 
-    folder = cache_dir(*_CL100K_HF_DIR)
+    folder = disk_dir(*_CL100K_HF_DIR)
     enc = load_cl100k()
     marker = {"source": "cl100k_base.tiktoken", "size": _cl100k_file().stat().st_size, "pattern": enc._pat_str}
     if not _marker_ok(folder, marker):

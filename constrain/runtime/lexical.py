@@ -17,7 +17,7 @@ import numpy as np
 from numba import njit
 
 from constrain.automata.dfa import ByteDFA, mix64
-from constrain.cache import BoundedCache, cache_dir
+from constrain.cache import CACHE_FILE_MODE, BoundedCache, cache_dir
 from constrain.vocab.vocabulary import Vocabulary
 
 _NO_RANGES = np.zeros((0, 3), dtype=np.int64)
@@ -188,9 +188,9 @@ class LexicalMasks:
 
     def __init__(self, vocab: Vocabulary):
         self.vocab = vocab
-        self.folder = cache_dir("masks", f"v{self.FORMAT}", vocab.fingerprint[:32])
+        self.folder = cache_dir("masks", f"v{self.FORMAT}", vocab.fingerprint[:32])  # None: memory only
         # The walks saved by earlier processes, listed once: a new state's lookup then costs no system call.
-        self._on_disk = {name for name in os.listdir(self.folder) if name.endswith(".walk")}
+        self._on_disk = set() if self.folder is None else {n for n in os.listdir(self.folder) if n.endswith(".walk")}
         trie = vocab.trie
         self.depth = trie.max_depth
         first = [0] if trie.num_nodes else []
@@ -265,7 +265,7 @@ class LexicalMasks:
             if entry is None:
                 entry, walked_tokens, (after, keys) = self._compose(trans, accepting, hashes, state)
                 large = walked_tokens >= self.persist_min_tokens
-                if large and self._save(self.folder / name, entry):
+                if large and self.folder is not None and self._save(self.folder / name, entry):
                     self._on_disk.add(name)
             else:
                 after, keys = self._subtree_keys(trans, hashes, state)
@@ -441,6 +441,7 @@ class LexicalMasks:
             with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as handle:
                 handle.write(entry[0].tobytes())
                 handle.write(np.ascontiguousarray(entry[1], dtype=np.int64).tobytes())
+            os.chmod(handle.name, CACHE_FILE_MODE)
             os.replace(handle.name, path)
         except OSError:
             return False  # a read-only cache only costs the walk next time

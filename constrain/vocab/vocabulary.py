@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from constrain.cache import cache_dir
+from constrain.cache import CACHE_FILE_MODE, cache_dir
 from constrain.errors import TokenError, VocabularyError
 from constrain.vocab.readers import (
     FORMAT_VERSION,
@@ -256,7 +256,10 @@ class Vocabulary:
         source = _read_tokenizer(tokenizer, eos_ids)
         if not cache:
             return cls._from_token_bytes(source.token_bytes())
-        path = cache_dir("vocab") / f"{source.key()}.npz"
+        folder = cache_dir("vocab")
+        if folder is None:
+            return cls._from_token_bytes(source.token_bytes())
+        path = folder / f"{source.key()}.npz"
         if path.exists():
             try:
                 return cls.load(path)
@@ -302,6 +305,7 @@ class Vocabulary:
         try:
             with os.fdopen(fd, "wb") as f:
                 np.savez(f, **arrays)
+            os.chmod(tmp, CACHE_FILE_MODE)
             os.replace(tmp, path)
         except BaseException:
             try:
