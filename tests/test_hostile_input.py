@@ -64,3 +64,17 @@ def test_counts_past_int64_are_refused(name):
     with pytest.raises(SamplingParamsError, match=name):
         constrain.SamplingParams(**{name: 2**70})
     assert getattr(constrain.SamplingParams(**{name: 2**62}), name) == 2**62
+
+
+@pytest.mark.parametrize(
+    "schema, pointer",
+    [
+        ({"type": "integer", "minimum": float("inf")}, "/minimum"),
+        ({"properties": {"a": {"maximum": float("nan")}}}, "/properties/a/maximum"),
+        ({"type": "number", "exclusiveMaximum": float("-inf")}, "/exclusiveMaximum"),
+    ],
+)
+def test_a_number_json_cannot_write_is_refused_at_its_pointer(schema, pointer):
+    with pytest.raises(constrain.JsonSchemaError, match="not a JSON number") as info:
+        schema_to_grammar(schema)
+    assert info.value.pointer == pointer

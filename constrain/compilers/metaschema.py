@@ -14,6 +14,7 @@ here; the values of ``const``, ``enum``, ``default`` and ``examples`` are data, 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -120,7 +121,10 @@ def _array(value: Any, d: _Dialect, left: int) -> bool:
 
 
 def _number(value: Any, d: _Dialect, left: int) -> bool:
-    return isinstance(value, (int, float)) and value is not True and value is not False
+    """A JSON number: not a bool, and not a float JSON cannot write (infinite or NaN)."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, int) and value is not True and value is not False
 
 
 def _positive_number(value: Any, d: _Dialect, left: int) -> bool:

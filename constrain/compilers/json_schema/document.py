@@ -5,6 +5,7 @@ and validation of values against parts of it (the oracle for enum/const candidat
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from functools import cached_property
@@ -129,6 +130,7 @@ class _Document:
         # fast walk answers for most schemas; when it is not sure, jsonschema decides and words the error.
         error = None
         if not certainly_valid(schema, cls.__name__.replace("Validator", "")):
+            _refuse_non_json_numbers(schema)
             error = jsonschema.exceptions.best_match(cls(cls.META_SCHEMA).iter_errors(schema))
         if error is not None and not explicit:
             # No $schema: a draft-07 document (items as a list...) is read as draft-07.
@@ -442,3 +444,18 @@ def _refers(schema: Any) -> bool:
         elif isinstance(node, list):
             stack.extend(node)
     return False
+
+
+def _refuse_non_json_numbers(schema: Any) -> None:
+    """JsonSchemaError at the first float JSON cannot write (infinite or NaN): jsonschema takes it for a number,
+    and a bound of infinity has no digits to compile."""
+    work = [("", schema)]
+    while work:
+        pointer, value = work.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            keyword = pointer.rsplit("/", 1)[-1] or None
+            raise JsonSchemaError(f"{value!r} is not a JSON number (JSON has no Infinity or NaN)", pointer, keyword)
+        if isinstance(value, Mapping):
+            work.extend((f"{pointer}/{_escape_token(str(k))}", v) for k, v in value.items())
+        elif isinstance(value, list):
+            work.extend((f"{pointer}/{i}", v) for i, v in enumerate(value))
