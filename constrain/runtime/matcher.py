@@ -216,18 +216,21 @@ class Matcher:
         shape = bitmask.shape
         if bitmask.dtype != np.int32 or len(shape) != 2 or shape[1] < width:
             raise ShapeError(f"bitmask must be int32 of shape (batch, >= {width}), got {bitmask.dtype} {shape}")
-        if not bitmask.flags.writeable:
-            raise ShapeError("bitmask is read-only: fill_bitmask writes into it")
-        if not isinstance(row, (int, np.integer)) or isinstance(row, (bool, np.bool_)):
+        if type(row) is not int and (isinstance(row, (bool, np.bool_)) or not isinstance(row, np.integer)):
             raise ArgumentError("row", row, "an int index of the bitmask's rows")
         if not 0 <= row < shape[0]:
             raise ShapeError(f"row {row} is out of range for a bitmask of {shape[0]} rows")
-        if shape[1] == width:
-            bitmask[row] = self.mask()
-        else:
-            out = bitmask[row]
-            out[:width] = self.mask()
-            out[width:] = 0
+        try:
+            if shape[1] == width:
+                bitmask[row] = self.mask()
+            else:
+                out = bitmask[row]
+                out[:width] = self.mask()
+                out[width:] = 0
+        except ValueError:
+            if not bitmask.flags.writeable:  # looked at only on failure: the write is the per-token hot path
+                raise ShapeError("bitmask is read-only: fill_bitmask writes into it") from None
+            raise
 
     def allowed_tokens(self) -> np.ndarray:
         """The ids of the tokens allowed now, ascending."""
