@@ -405,6 +405,8 @@ def schema_to_grammar(
             f"compiling this schema takes longer than time_limit={time_limit:g} s (None lifts the limit)",
             _clean_pointer(where),
         ) from None
+    except _Unsatisfiable as exc:  # the compiler's internal signal, shown as the public error it is a kind of
+        raise JsonSchemaError(exc.reason, exc.pointer, exc.keyword) from None
     except RecursionError:
         raise JsonSchemaError(
             "the schema nests too deeply to compile", _clean_pointer(getattr(compiler, "last_pointer", ""))

@@ -12,7 +12,7 @@ from constrain.compilers.json_schema.keywords import _BRANCHING, _Part, _Shape
 from constrain.compilers.json_schema.layout import _child_depth, _Layout
 from constrain.compilers.json_schema.rules import _then
 from constrain.compilers.json_schema.strings import _key_except_dfa, _StringRules
-from constrain.compilers.json_schema.values import _json_string
+from constrain.compilers.json_schema.values import _is_utf8, _json_string
 from constrain.errors import JsonSchemaError
 from constrain.grammar.ir import Alt, Automaton, Expr, Literal, Ref, Repeat, Seq, shared
 
@@ -75,7 +75,9 @@ class _ObjectRules:
         items: list[tuple[str, Expr, bool]] = []
         for key in names:
             value = None
-            if key not in sh.forbidden:
+            if not _is_utf8(key):
+                cause = "its name holds a lone surrogate, which no UTF-8 JSON text spells"
+            elif key not in sh.forbidden:
                 vparts: list[str] = []
                 declared = False
                 for info in infos:

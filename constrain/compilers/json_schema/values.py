@@ -25,6 +25,16 @@ _NONINT = r"-?(?:0|[1-9][0-9]*)\.[0-9]*[1-9][0-9]*"
 _json_string = json.encoder.encode_basestring
 
 
+def _is_utf8(text: str) -> bool:
+    """Whether ``text`` is UTF-8 encodable: a lone surrogate (which JSON's parsers can read from a ``\\ud800``
+    escape) is not, and canonical JSON text never spells it."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _dumps(value: Any, indent_depth: int | None = None) -> str:
     if isinstance(value, str):
         return _json_string(value)
