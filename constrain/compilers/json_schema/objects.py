@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from constrain.compilers.json_schema.cdfa import _CDFA
 from constrain.compilers.json_schema.document import _clean_pointer, _escape_token
-from constrain.compilers.json_schema.errors import _TIME_LIMIT, _TooLarge, _Unsatisfiable, _verdict
+from constrain.compilers.json_schema.errors import _TIME_LIMIT, _check_time, _TooLarge, _Unsatisfiable, _verdict
 from constrain.compilers.json_schema.keywords import _BRANCHING, _Part, _Shape
 from constrain.compilers.json_schema.layout import _child_depth, _Layout
 from constrain.compilers.json_schema.rules import _then
@@ -18,6 +18,9 @@ from constrain.grammar.ir import Alt, Automaton, Expr, Literal, Ref, Repeat, Seq
 
 #: Most ``patternProperties`` patterns that apply to one object (the key space splits into 2**n regions).
 MAX_PATTERN_PROPERTIES = 4
+#: Members of an object read in place in one rule before the rest is a rule of its own; also the fan-out of the
+#: tree of rules a long object's members are grouped in (:meth:`_ObjectRules.members_from`).
+MEMBER_BLOCK = 16
 
 
 class _ObjectInfo:
@@ -67,13 +70,16 @@ class _ObjectRules:
             and any(i.props for i in infos)
             and not any(i.patterns or i.additional or i.unevaluated for i in infos)
         )
-        names: list[str] = []
+        ordered: dict[str, None] = {}  # a dict, not a list: membership is looked up once per name
         for info in infos:
-            names.extend(n for n in info.props if n not in names)
-        names.extend(n for n in sh.required if n not in names)
-        names.extend(n for n in sh.forbidden if n not in names)
+            ordered.update(dict.fromkeys(info.props))
+        ordered.update(dict.fromkeys(sh.required))
+        ordered.update(dict.fromkeys(sh.forbidden))
+        names = list(ordered)
+        here = sh.object_parts[0].ptr if sh.object_parts else ""
         items: list[tuple[str, Expr, bool]] = []
         for key in names:
+            _check_time(here)
             value = None
             if not _is_utf8(key):
                 cause = "its name holds a lone surrogate, which no UTF-8 JSON text spells"
@@ -346,19 +352,15 @@ class _ObjectRules:
         return nonempty, first_required is None
 
     def members_after(self, following: list[Expr], tail_extra: Expr | None, name: str, i: int) -> Expr:
-        """The members ``following[i:]`` in order, then the extra members: every 16 members the rest is a rule of
-        its own (``name/tail16``...), shared by the options before it, so an object's DFA stays linear in its
-        number of properties."""
-        n, block = len(following), 16
+        """The members ``following[i:]`` in order, then the extra members: from the next multiple of
+        :data:`MEMBER_BLOCK` on, the rest is a rule of its own (:meth:`members_from`), shared by the options
+        before it, so an object's DFA stays linear in its number of properties."""
+        n, block = len(following), MEMBER_BLOCK
         seq: list[Expr] = []
         j = i
         while j < n:
             if j > i and j % block == 0 and n - j > block:
-                rule = f"{name}/tail{j}"
-                if rule not in self.rules:
-                    self.rules[rule] = Seq(())
-                    self.rules[rule] = self.members_after(following, tail_extra, name, j)
-                seq.append(Ref(rule))
+                seq.append(self.members_from(following, tail_extra, name, j))
                 break
             seq.append(following[j])
             j += 1
@@ -366,6 +368,53 @@ class _ObjectRules:
             if tail_extra is not None:
                 seq.append(tail_extra)
         return Seq(tuple(seq))
+
+    def members_from(self, following: list[Expr], tail_extra: Expr | None, name: str, j: int) -> Ref:
+        """A rule for the members ``following[j:]`` (``j`` a multiple of :data:`MEMBER_BLOCK`), then the extra
+        members. Members are grouped in a tree: :data:`MEMBER_BLOCK` members make a block, as many blocks a block
+        of the next size, and so on (:meth:`member_block`). The rule reads the largest blocks that start at ``j``
+        and fit, then calls the rule for the rest: a chain of at most ``MEMBER_BLOCK - 1`` calls per block size
+        on the way up and again on the way down, so a parse of an object of ``n`` properties nests
+        O(log ``n``) calls deep, far within the pushdown's stack bound, and the rules hold O(``n``) items in all.
+        The smallest blocks are read in place (a chain of rules of ``MEMBER_BLOCK`` members each, as far as the
+        first multiple of ``MEMBER_BLOCK ** 2``)."""
+        rule = f"{name}/tail{j}"
+        if rule in self.rules:
+            return Ref(rule)
+        n, block = len(following), MEMBER_BLOCK
+        size = block
+        while j % (size * block) == 0 and j + size * block <= n:
+            size *= block
+        if size == block:
+            seq: list[Expr] = list(following[j : j + block])
+            k = j + block
+        else:
+            seq = []
+            k = j
+            while k + size <= n and (k == j or k % (size * block)):
+                seq.append(self.member_block(following, name, k, size))
+                k += size
+        if k < n and n - k > block:
+            seq.append(self.members_from(following, tail_extra, name, k))
+        else:
+            seq.extend(following[k:])
+            if tail_extra is not None:
+                seq.append(tail_extra)
+        self.rules[rule] = Seq(tuple(seq))
+        return Ref(rule)
+
+    def member_block(self, following: list[Expr], name: str, j: int, size: int) -> Ref:
+        """A rule for the ``size`` members from ``j`` (``size`` a power of :data:`MEMBER_BLOCK` above it, ``j`` a
+        multiple of ``size``): the blocks of the size below, or the members themselves."""
+        rule = f"{name}/block{j}+{size}"
+        if rule not in self.rules:
+            part = size // MEMBER_BLOCK
+            if part == 1:
+                body = Seq(tuple(following[j : j + size]))
+            else:
+                body = Seq(tuple(self.member_block(following, name, j + k * part, part) for k in range(MEMBER_BLOCK)))
+            self.rules[rule] = body
+        return Ref(rule)
 
     def members_counted(self, items, extra, sh: _Shape, lay: _Layout, name: str) -> tuple[Expr | None, bool] | None:
         n = len(items)
