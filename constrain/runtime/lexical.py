@@ -9,7 +9,6 @@ vocabulary, in memory and on disk; a new string-like state borrows large first-b
 from __future__ import annotations
 
 import os
-import tempfile
 import threading
 from dataclasses import dataclass
 
@@ -17,7 +16,7 @@ import numpy as np
 from numba import njit
 
 from constrain.automata.dfa import ByteDFA, mix64
-from constrain.cache import CACHE_FILE_MODE, BoundedCache, cache_dir
+from constrain.cache import BoundedCache, cache_dir, read_cache_file, reject_cache_file, write_cache_file
 from constrain.vocab.vocabulary import Vocabulary
 
 _NO_RANGES = np.zeros((0, 3), dtype=np.int64)
@@ -167,8 +166,8 @@ class LexicalMasks:
     (unless a declared name starts with ``ab``): the ``a`` subtree's ten thousand tokens are then mostly borrowed.
     """
 
-    #: Bumped whenever what a walk records changes, so stale files on disk are never read.
-    FORMAT = 5
+    #: Bumped whenever what a walk records, or its file, changes, so stale files on disk are never read.
+    FORMAT = 6
     _stores: dict[str, LexicalMasks] = {}
     _stores_lock = threading.Lock()
     #: Bytes of walks kept in memory per vocabulary (the disk keeps the rest).
@@ -213,6 +212,8 @@ class LexicalMasks:
         self._small_words = np.zeros(width, dtype=np.uint32)
         for j in self._small:
             self._small_words |= self._token_words(j)
+        # Every token in the trie: a walk read from disk may allow no other.
+        self._trie_words = self._small_words | np.bitwise_or.reduce(self._subtree_words, axis=0)
         # The two-byte nodes, with their first-byte subtree (index into first_nodes) and their two bytes.
         self.depth2_nodes = np.flatnonzero(trie.node_depth == 2).astype(np.int32)
         self._depth2_subtree = np.searchsorted(self.first_nodes, self.depth2_nodes, side="right") - 1
@@ -261,11 +262,12 @@ class LexicalMasks:
         entry = self._entries.get(key)
         if entry is None:
             name = f"{key:016x}.walk"
-            entry = self._load(self.folder / name) if name in self._on_disk else None
+            entry = self._load(self.folder / name, key) if name in self._on_disk else None
             if entry is None:
+                self._on_disk.discard(name)
                 entry, walked_tokens, (after, keys) = self._compose(trans, accepting, hashes, state)
                 large = walked_tokens >= self.persist_min_tokens
-                if large and self.folder is not None and self._save(self.folder / name, entry):
+                if large and self.folder is not None and self._save(self.folder / name, key, entry):
                     self._on_disk.add(name)
             else:
                 after, keys = self._subtree_keys(trans, hashes, state)
@@ -419,33 +421,56 @@ class LexicalMasks:
         ranges.flags.writeable = False
         return (words, ranges), int(walked_tokens), (after, keys)
 
-    def _load(self, path) -> tuple[np.ndarray, np.ndarray] | None:
-        """A walk saved by :meth:`_save`: the mask words, then the pop ranges (int64 rows of 3)."""
-        try:
-            raw = np.fromfile(path, dtype=np.uint8)
-        except OSError:
-            return None
+    def _owner(self, key: int) -> str:
+        """Whose a walk file is: this format, vocabulary and key (see :func:`~constrain.cache.write_cache_file`)."""
+        return f"constrain.LexicalMasks/{self.FORMAT}/{self.vocab.fingerprint}/{key:016x}"
+
+    def _load(self, path, key: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The walk of ``key`` saved by :meth:`_save`: the mask words, then the pop ranges (int64 rows of 3). None
+        when it is missing, or damaged (then reported and deleted, see :func:`~constrain.cache.read_cache_file`)."""
         width = (self.vocab.size + 31) // 32
-        if raw.size < 4 * width or (raw.size - 4 * width) % 24:
-            return None  # not a file this vocabulary wrote
-        words = raw[: 4 * width].view(np.uint32)
-        ranges = raw[4 * width :].view(np.int64).reshape(-1, 3)
-        words.flags.writeable = False
-        ranges.flags.writeable = False
+        payload = read_cache_file(path, self._owner(key), max_bytes=4 * width + 24 * self.vocab.trie.num_nodes)
+        if payload is None:
+            return None
+        if payload.size < 4 * width or (payload.size - 4 * width) % 24:
+            reject_cache_file(path, f"{payload.size} bytes do not hold {width} mask words and rows of pop ranges")
+            return None
+        words = payload[: 4 * width].view(np.uint32)
+        ranges = payload[4 * width :].view(np.int64).reshape(-1, 3)
+        problem = self._walk_problem(words, ranges)
+        if problem is not None:
+            reject_cache_file(path, problem)
+            return None
         return words, ranges
 
-    @staticmethod
-    def _save(path, entry: tuple[np.ndarray, np.ndarray]) -> bool:
-        """Write a walk for later processes; False when the cache folder cannot be written."""
-        try:  # write then rename, so a reader never sees half a file
-            with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as handle:
-                handle.write(entry[0].tobytes())
-                handle.write(np.ascontiguousarray(entry[1], dtype=np.int64).tobytes())
-            os.chmod(handle.name, CACHE_FILE_MODE)
-            os.replace(handle.name, path)
-        except OSError:
-            return False  # a read-only cache only costs the walk next time
-        return True
+    def _walk_problem(self, words: np.ndarray, ranges: np.ndarray) -> str | None:
+        """What makes a walk read from disk unfit for the kernels, or None. A file can pass its checksum and still
+        be wrong (a writer can recompute it): every pop range must be one the walks record, the subtree below a
+        trie node with children, ``(node + 1, node_next[node], node_depth[node])``, each node once; the words may
+        allow only tokens of the trie."""
+        if (words & ~self._trie_words).any():
+            return "its mask allows tokens outside the vocabulary's trie"
+        if not len(ranges):
+            return None
+        trie = self.vocab.trie
+        first = ranges[:, 0]
+        if first.min() < 1 or first.max() > trie.num_nodes:
+            return "a pop range starts outside the trie"
+        nodes = first - 1
+        if not (
+            np.array_equal(ranges[:, 1], trie.node_next[nodes])
+            and np.array_equal(ranges[:, 2], trie.node_depth[nodes])
+            and (trie.node_next[nodes] > first).all()
+        ):
+            return "a pop range is not the subtree below a trie node"
+        if np.unique(nodes).size != nodes.size:
+            return "a pop range is repeated"
+        return None
+
+    def _save(self, path, key: int, entry: tuple[np.ndarray, np.ndarray]) -> bool:
+        """Write a walk for later processes; False when the cache folder cannot be written (a read-only cache only
+        costs the walk next time)."""
+        return write_cache_file(path, self._owner(key), entry[0], np.ascontiguousarray(entry[1], dtype=np.int64))
 
 
 @njit(cache=True, nogil=True)
