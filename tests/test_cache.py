@@ -38,7 +38,7 @@ def test_an_unusable_cache_folder_falls_back_to_memory(cl100k, tmp_path, monkeyp
 def test_cache_files_are_readable_by_every_user(cl100k, tmp_path, monkeypatch, fresh_warnings):
     monkeypatch.setenv("CONSTRAIN_CACHE_DIR", str(tmp_path))
     Vocabulary.from_tokenizer(cl100k)
-    files = list((tmp_path / "vocab").glob("*.npz"))
+    files = list((tmp_path / "vocab").glob("*.vocab"))
     assert files
     for path in files:
         assert stat.S_IMODE(path.stat().st_mode) == cache.CACHE_FILE_MODE

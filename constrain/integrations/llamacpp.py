@@ -80,7 +80,7 @@ from constrain.extras import check_installed
 from constrain.kernels.bitmask import apply_token_bitmask
 from constrain.runtime.matcher import CompiledStructure, Matcher
 from constrain.vocab.readers import NON_TEXT_ADDED_TOKENS
-from constrain.vocab.vocabulary import Vocabulary
+from constrain.vocab.vocabulary import Vocabulary, read_cached, write_cached
 
 check_installed("llama_cpp", extra="llamacpp", feature=__name__)
 
@@ -449,20 +449,13 @@ def vocabulary_from_llama(
         return memo["vocab"]
     key = _llama_key(llm, tokens) if cache else None
     folder = cache_dir("vocab") if key else None
-    path = folder / f"llama-{key}.npz" if folder is not None else None
-    vocab = None
-    if path is not None and path.exists():
-        try:
-            vocab = Vocabulary.load(path)
-        except VocabularyError:
-            vocab = None  # unreadable or stale: rebuild and overwrite
+    name = f"llama-{key}"
+    path = folder / f"{name}.vocab" if folder is not None else None
+    vocab = read_cached(path, name) if path is not None else None  # None: missing, or damaged (then deleted)
     if vocab is None:
         vocab = _read_llama_vocabulary(tokens)
         if path is not None:
-            try:
-                vocab.save(path)
-            except OSError:
-                pass  # a read-only cache must not stop the vocabulary from being used
+            write_cached(vocab, path, name)  # a read-only cache must not stop the vocabulary from being used
     memo["vocab"] = vocab
     return vocab
 

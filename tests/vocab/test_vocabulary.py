@@ -138,7 +138,7 @@ def test_load_rejects_bad_files(cl100k_vocab, tmp_path):
 def test_disk_cache(gemma_tokenizer, gemma_vocab, cl100k, cl100k_vocab, tmp_path, monkeypatch):
     monkeypatch.setenv("CONSTRAIN_CACHE_DIR", str(tmp_path))
     first = Vocabulary.from_tokenizer(gemma_tokenizer)
-    files = list((tmp_path / "vocab").glob("*.npz"))
+    files = list((tmp_path / "vocab").glob("*.vocab"))
     assert len(files) == 1
     _assert_same(first, gemma_vocab)
     t0 = time.perf_counter()
@@ -148,10 +148,10 @@ def test_disk_cache(gemma_tokenizer, gemma_vocab, cl100k, cl100k_vocab, tmp_path
     assert elapsed < 1.0, f"cached Gemma vocabulary took {elapsed:.3f} s"  # ~0.1 s; loose for busy CI machines
     # the same tokenizer through tokenizers directly hits the same entry; other EOS choices get their own
     Vocabulary.from_tokenizer(gemma_tokenizer.backend_tokenizer)
-    assert len(list((tmp_path / "vocab").glob("*.npz"))) == 1
+    assert len(list((tmp_path / "vocab").glob("*.vocab"))) == 1
     custom = Vocabulary.from_tokenizer(gemma_tokenizer, eos_ids=[1])
     assert custom.eos_ids.tolist() == [1] and custom.fingerprint != gemma_vocab.fingerprint
-    assert len(list((tmp_path / "vocab").glob("*.npz"))) == 2
+    assert len(list((tmp_path / "vocab").glob("*.vocab"))) == 2
     # a damaged cache entry is rebuilt, not trusted
     files[0].write_bytes(b"garbage")
     _assert_same(Vocabulary.from_tokenizer(gemma_tokenizer), gemma_vocab)
