@@ -461,16 +461,16 @@ def _array_problem(a: dict[str, np.ndarray]) -> str | None:
         return "its trie does not hold each matchable token once"
     if not n:
         return None
-    if depth[0] != 1 or depth.min() < 1 or (np.diff(depth.astype(np.int64)) > 1).any():
+    if depth[0] != 1 or depth.min() < 1 or depth.max() > n or (np.diff(depth) > 1).any():
         return "its trie's node depths are not those of a preorder"
     # Each node_next must be the first later node at most as deep (or n). Any later node at most as deep is at or
     # after it, so it is exactly that when, in sum, the subtrees hold as many nodes as a preorder of these depths
     # puts in them: each node lies in the subtree of itself and of each of its ancestors, depth of them in all.
-    nodes = np.arange(n, dtype=np.int64)
-    if (nxt <= nodes).any() or nxt.max() > n:
+    if (nxt <= np.arange(n, dtype=np.int32)).any() or nxt.max() > n:
         return "a node_next of its trie is out of range"
-    after = np.append(depth, 0)[nxt]
-    if (after > depth).any() or int((nxt - nodes).sum()) != int(depth.sum(dtype=np.int64)):
+    after = depth.take(nxt, mode="clip")  # the depth of each node_next (n, the end, clipped: masked below)
+    sizes = int(nxt.sum(dtype=np.int64)) - n * (n - 1) // 2
+    if ((after > depth) & (nxt < n)).any() or sizes != int(depth.sum(dtype=np.int64)):
         return "its trie's node_next are not the ends of its subtrees"
     return None
 
