@@ -13,7 +13,7 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Hashable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -123,58 +123,77 @@ def write_cache_file(path: Path, owner: str, *chunks: Any) -> bool:
     return True
 
 
-def read_cache_file(path: Path, owner: str, max_bytes: int | None = None) -> np.ndarray | None:
-    """The payload (read-only uint8, aligned for in-place views) of a file written by :func:`write_cache_file` for
-    ``owner``; None when there is none. A damaged file (cut, zeroed, bytes changed, another owner's, unreadable,
+def open_cache_file(path: Path, owner: str, max_bytes: int | None = None) -> BinaryIO | None:
+    """The file written by :func:`write_cache_file` for ``owner``, open at its payload once its header and checksum
+    have passed; None when there is none. A damaged file (cut, zeroed, bytes changed, another owner's, unreadable,
     or a payload over ``max_bytes``) is reported once, deleted if possible, and read as missing, so the caller
-    rebuilds it.
+    rebuilds it. The caller closes the file.
 
-    The checksum is a CRC-32 (1.3 ms for 4.8 MB where blake2b takes 5.9 ms and sha256 3.1 ms, on the 2-core
-    machine of BENCHMARKS.md): it detects damage, not forgery. A writer who means harm can recompute it, so
-    callers still check that every index in the payload is in range before a kernel reads it."""
+    The checksum is read in chunks, so a parser that reads the payload from the file (``np.load``) holds no copy
+    of it. It is a CRC-32 (1.3 ms for 4.8 MB where blake2b takes 5.9 ms and sha256 3.1 ms, on the 2-core machine
+    of BENCHMARKS.md): it detects damage, not forgery. A writer who means harm can recompute it, or change the file
+    in place between the check and the read (constrain's writers never do, they replace files whole), so callers
+    still check that every index in the payload is in range before a kernel reads it."""
     try:
-        with open(path, "rb") as handle:
-            stat = os.fstat(handle.fileno())
-            if max_bytes is not None and stat.st_size > HEADER_BYTES + max_bytes:
-                raw, got = None, 0
-            else:
-                raw = np.empty(stat.st_size, dtype=np.uint8)
-                got = handle.readinto(memoryview(raw))
+        handle = open(path, "rb")  # noqa: SIM115 - handed to the caller open
     except FileNotFoundError:
         return None
-    except (OSError, MemoryError) as exc:
+    except OSError as exc:
         reject_cache_file(path, f"unreadable: {type(exc).__name__}: {exc}")
         return None
-    if raw is None:
-        reject_cache_file(path, f"{stat.st_size} bytes, more than such a file holds", stat)
-        return None
-    reason = _damage(raw, got, owner)
-    if reason is not None:
-        reject_cache_file(path, reason, stat)
-        return None
-    payload = raw[HEADER_BYTES:]
-    payload.flags.writeable = False
-    return payload
+    stat = None
+    try:
+        stat = os.fstat(handle.fileno())
+        reason = _damage(handle, stat.st_size, owner, max_bytes)
+        if reason is None:
+            handle.seek(HEADER_BYTES)
+            return handle
+    except (OSError, MemoryError) as exc:
+        reason = f"unreadable: {type(exc).__name__}: {exc}"
+    handle.close()
+    reject_cache_file(path, reason, stat)
+    return None
 
 
-def _damage(raw: np.ndarray, got: int, owner: str) -> str | None:
-    """What is wrong with the bytes of a verified file, or None."""
-    if got != raw.size:
-        return f"changed while read ({got} of {raw.size} bytes)"
-    if raw.size < HEADER_BYTES:
-        return f"{raw.size} bytes, shorter than its header"
-    head = raw[: _HEADER.size].tobytes()
-    magic, version, digest, length = _HEADER.unpack(head)
+def read_cache_file(path: Path, owner: str, max_bytes: int | None = None) -> np.ndarray | None:
+    """The payload of :func:`open_cache_file` (read-only uint8, 16-byte aligned for in-place views), or None."""
+    handle = open_cache_file(path, owner, max_bytes)
+    if handle is None:
+        return None
+    with handle:
+        return np.frombuffer(handle.read(), dtype=np.uint8)
+
+
+#: Bytes read at a time to check a payload's checksum.
+_CHUNK = 1 << 18
+
+
+def _damage(handle: BinaryIO, size: int, owner: str, max_bytes: int | None) -> str | None:
+    """What is wrong with a verified file of ``size`` bytes, read from its start, or None."""
+    if max_bytes is not None and size > HEADER_BYTES + max_bytes:
+        return f"{size} bytes, more than such a file holds"
+    head = handle.read(HEADER_BYTES)
+    if len(head) < HEADER_BYTES:
+        return f"{len(head)} bytes, shorter than its header"
+    magic, version, digest, length = _HEADER.unpack_from(head)
     if magic != CACHE_MAGIC:
         return "not a constrain cache file (wrong magic bytes)"
     if version != CACHE_FORMAT:
         return f"cache format {version}, this version reads {CACHE_FORMAT}"
     if digest != _owner_digest(owner):
         return "written for another key or vocabulary"
-    if length != raw.size - HEADER_BYTES:
-        return f"{raw.size - HEADER_BYTES} payload bytes where its header says {length}"
-    (stored,) = _CHECKSUM.unpack(raw[_HEADER.size : HEADER_BYTES].tobytes())
-    if zlib.crc32(raw[HEADER_BYTES:], zlib.crc32(head)) != stored:
+    if length != size - HEADER_BYTES:
+        return f"{size - HEADER_BYTES} payload bytes where its header says {length}"
+    crc = zlib.crc32(head[: _HEADER.size])
+    chunk = memoryview(bytearray(min(length, _CHUNK)))
+    left = length
+    while left:
+        got = handle.readinto(chunk[: min(left, _CHUNK)])
+        if not got:
+            return f"cut while read ({length - left} of {length} payload bytes)"
+        crc = zlib.crc32(chunk[:got], crc)
+        left -= got
+    if crc != _CHECKSUM.unpack_from(head, _HEADER.size)[0]:
         return "checksum mismatch"
     return None
 

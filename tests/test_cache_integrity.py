@@ -138,7 +138,7 @@ def zero_fill(path: Path) -> None:
     path.write_bytes(bytes(path.stat().st_size))
 
 
-#: The bytes of a cl100k walk's mask words (100,277 tokens), after which its pop ranges start.
+#: The bytes of a cl100k walk's mask words (100,277 tokens), which end its file (after its pop ranges).
 WORDS_BYTES = 4 * ((100_277 + 31) // 32)
 
 
@@ -166,8 +166,8 @@ FAULTS = {
     "flipped in the length": flip_at(lambda n: 38),
     "flipped in the checksum": flip_at(lambda n: 45),
     "flipped in the payload's first byte": flip_at(lambda n: HEADER_BYTES),
-    "flipped in the payload, in a walk's mask words": flip_at(lambda n: HEADER_BYTES + WORDS_BYTES // 3),
-    "flipped in the payload, in a walk's pop ranges": flip_at(lambda n: HEADER_BYTES + WORDS_BYTES + 5),
+    "flipped in the payload, in a walk's pop ranges": flip_at(lambda n: HEADER_BYTES + 13),
+    "flipped in the payload, in a walk's mask words": flip_at(lambda n: n - WORDS_BYTES // 3),
     "flipped in the last byte": flip_at(lambda n: n - 1),
 }
 
@@ -319,13 +319,13 @@ def rewrite_walk(path: Path, vocab: Vocabulary, change: Callable[[np.ndarray, np
     """Rewrite a walk file with ``change(words, ranges)``, under a correct header and checksum: a writer who means
     harm, or a bug in another version that writes the same format."""
     payload = np.frombuffer(path.read_bytes()[HEADER_BYTES:], dtype=np.uint8)
-    width = (vocab.size + 31) // 32
-    words = payload[: 4 * width].view(np.uint32).copy()
-    ranges = payload[4 * width :].view(np.int64).reshape(-1, 3).copy()
+    cut = payload.size - 4 * ((vocab.size + 31) // 32)
+    ranges = payload[:cut].view(np.int64).reshape(-1, 3).copy()
+    words = payload[cut:].view(np.uint32).copy()
     assert len(ranges), "the walk has no pop ranges to damage"
     words, ranges = change(words, ranges)
     owner = f"constrain.LexicalMasks/{LexicalMasks.FORMAT}/{vocab.fingerprint}/{path.stem}"
-    assert write_cache_file(path, owner, words, np.ascontiguousarray(ranges, dtype=np.int64))
+    assert write_cache_file(path, owner, np.ascontiguousarray(ranges, dtype=np.int64), words)
 
 
 def _set(column: int, value: int) -> Callable:

@@ -426,8 +426,9 @@ class LexicalMasks:
         return f"constrain.LexicalMasks/{self.FORMAT}/{self.vocab.fingerprint}/{key:016x}"
 
     def _load(self, path, key: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """The walk of ``key`` saved by :meth:`_save`: the mask words, then the pop ranges (int64 rows of 3). None
-        when it is missing, or damaged (then reported and deleted, see :func:`~constrain.cache.read_cache_file`)."""
+        """The walk of ``key`` saved by :meth:`_save`: the pop ranges (int64 rows of 3), then the mask words (both
+        aligned where they lie). None when it is missing, or damaged (then reported and deleted, see
+        :func:`~constrain.cache.open_cache_file`)."""
         width = (self.vocab.size + 31) // 32
         payload = read_cache_file(path, self._owner(key), max_bytes=4 * width + 24 * self.vocab.trie.num_nodes)
         if payload is None:
@@ -435,8 +436,8 @@ class LexicalMasks:
         if payload.size < 4 * width or (payload.size - 4 * width) % 24:
             reject_cache_file(path, f"{payload.size} bytes do not hold {width} mask words and rows of pop ranges")
             return None
-        words = payload[: 4 * width].view(np.uint32)
-        ranges = payload[4 * width :].view(np.int64).reshape(-1, 3)
+        ranges = payload[: payload.size - 4 * width].view(np.int64).reshape(-1, 3)
+        words = payload[payload.size - 4 * width :].view(np.uint32)
         problem = self._walk_problem(words, ranges)
         if problem is not None:
             reject_cache_file(path, problem)
@@ -470,7 +471,7 @@ class LexicalMasks:
     def _save(self, path, key: int, entry: tuple[np.ndarray, np.ndarray]) -> bool:
         """Write a walk for later processes; False when the cache folder cannot be written (a read-only cache only
         costs the walk next time)."""
-        return write_cache_file(path, self._owner(key), entry[0], np.ascontiguousarray(entry[1], dtype=np.int64))
+        return write_cache_file(path, self._owner(key), np.ascontiguousarray(entry[1], dtype=np.int64), entry[0])
 
 
 @njit(cache=True, nogil=True)

@@ -16,11 +16,11 @@ import os
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
-from constrain.cache import CACHE_FILE_MODE, cache_dir, read_cache_file, reject_cache_file, write_cache_file
+from constrain.cache import CACHE_FILE_MODE, cache_dir, open_cache_file, reject_cache_file, write_cache_file
 from constrain.errors import TokenError, VocabularyError
 from constrain.vocab.readers import (
     FORMAT_VERSION,
@@ -322,7 +322,7 @@ class Vocabulary:
         return cls._read(path, repr(os.fspath(path)))
 
     @classmethod
-    def _read(cls, file: str | os.PathLike | io.BytesIO, where: str) -> Vocabulary:
+    def _read(cls, file: str | os.PathLike | BinaryIO, where: str) -> Vocabulary:
         """:meth:`load` from a path or an open file, ``where`` naming it in messages."""
         try:
             with np.load(file, allow_pickle=False) as z:
@@ -377,11 +377,12 @@ def read_cached(path: Path, key: str) -> Vocabulary | None:
     """The vocabulary :func:`write_cached` kept under ``path`` for ``key``, or None: missing, or damaged (the
     checksum, the key or a check of :meth:`Vocabulary.load` fails), when it is reported once through the
     ``constrain`` logger and deleted, so that the caller rebuilds it."""
-    payload = read_cache_file(path, _cache_owner(key))
-    if payload is None:
+    handle = open_cache_file(path, _cache_owner(key))
+    if handle is None:
         return None
     try:
-        return Vocabulary._read(io.BytesIO(payload), "the payload")
+        with handle:
+            return Vocabulary._read(handle, "the payload")  # np.load reads it from the file: no copy in memory
     except VocabularyError as e:
         reject_cache_file(path, str(e))
         return None
