@@ -66,7 +66,12 @@ class DeadEndError(ConstrainError, RuntimeError):
 
 
 class AutomatonTooLarge(StructureError):
-    """The structure needs more automaton states than the configured limit."""
+    """The structure needs more automaton states than the configured limit. ``rule``: the grammar rule whose
+    automaton it is, when a grammar's."""
+
+    def __init__(self, message: str, rule: str | None = None):
+        self.rule = rule
+        super().__init__(message)
 
 
 class CompileTimeout(StructureError):

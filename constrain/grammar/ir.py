@@ -7,7 +7,7 @@ compare by value, so equal bodies from different schemas share one rule DFA (:mo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from constrain.automata.dfa import ByteDFA
 from constrain.errors import GrammarError
@@ -123,10 +123,12 @@ def shared(expr: Seq | Alt) -> Seq | Alt:
 
 @dataclass(frozen=True)
 class Grammar:
-    """Named rules; the text must be one match of ``start``."""
+    """Named rules; the text must be one match of ``start``. ``origins`` maps a rule to where its source wrote it
+    (a JSON pointer, a line): how a refusal that names a rule points the caller back at their own text."""
 
     rules: Mapping[str, Expr]
     start: str
+    origins: Mapping[str, str] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True, eq=False)

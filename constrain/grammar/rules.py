@@ -19,7 +19,7 @@ from constrain.automata.limits import deadline as deadline_of
 from constrain.automata.nfa import ByteNFA
 from constrain.automata.regex import add_regex
 from constrain.cache import BoundedCache
-from constrain.errors import CompileTimeout, GrammarError
+from constrain.errors import AutomatonTooLarge, CompileTimeout, GrammarError
 from constrain.grammar.checks import _check_left_recursion, _check_productive
 from constrain.grammar.ir import (
     Alt,
@@ -84,6 +84,8 @@ def _checked_rule_dfa(body: Expr, name: str, index: Mapping[str, int]) -> ByteDF
         raise GrammarError(f"rule {name!r} {exc}") from None
     except CompileTimeout:
         raise GrammarError(f"building the automata ran past the time limit (at rule {name!r})") from None
+    except AutomatonTooLarge as exc:
+        raise AutomatonTooLarge(f"rule {name!r}: {exc}", rule=name) from None
     except RecursionError:
         raise GrammarError(f"rule {name!r} nests too deeply to compile") from None
     for callee in called:
@@ -111,7 +113,7 @@ def _hoist_terminals(grammar: Grammar) -> Grammar:
         return grammar
     for name, body in hoisted.items():
         rules.setdefault(name, body)
-    return Grammar(rules, grammar.start)
+    return Grammar(rules, grammar.start, grammar.origins)
 
 
 def _hoisted(expr: Expr) -> tuple[Expr, tuple[tuple[str, Expr], ...]]:

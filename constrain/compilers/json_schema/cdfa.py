@@ -16,7 +16,7 @@ from constrain.automata.nfa import ByteNFA
 from constrain.automata.regex import regex_to_dfa
 from constrain.compilers.json_schema.errors import _check_time, _TooLarge
 from constrain.compilers.json_schema.regex_ast import _EPS, _FULL, _merge_ranges, _r_alt, _r_cat, _r_set, _r_star
-from constrain.errors import RegexError
+from constrain.errors import AutomatonTooLarge, RegexError
 
 #: Largest regex text written for one derived string/number language (characters).
 MAX_REGEX_CHARS = 60_000
@@ -94,6 +94,8 @@ class _CDFA:
             if "matches no string" in str(exc):
                 return _CDFA.empty()
             raise
+        except AutomatonTooLarge as exc:  # a budget like the compiler's own: refused or relaxed where it is used
+            raise _TooLarge(str(exc)) from None
         return _cdfa_from_bytes(dfa.trans, dfa.accepting)
 
     def is_empty(self) -> bool:

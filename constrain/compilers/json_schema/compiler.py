@@ -27,7 +27,7 @@ from constrain.compilers.json_schema.numbers import _NumberRules
 from constrain.compilers.json_schema.objects import _ObjectRules
 from constrain.compilers.json_schema.rules import _finalize
 from constrain.compilers.json_schema.strings import _StringRules
-from constrain.errors import ArgumentError, GrammarError, JsonSchemaError
+from constrain.errors import ArgumentError, AutomatonTooLarge, GrammarError, JsonSchemaError
 from constrain.grammar.ir import Alt, Expr, Grammar, Ref, Seq
 from constrain.runtime.pushdown import compile_grammar
 
@@ -69,6 +69,8 @@ class _Compiler(_Combinators, _EnumRules, _NumberRules, _StringRules, _ArrayRule
         self.unsat: dict[Any, _Unsatisfiable] = {}
         self.notes: list[str] = []
         self.names: set[str] = set()
+        #: Each schema rule's JSON pointer (its first part's), for refusals that name a rule.
+        self.origins: dict[str, str] = {}
         #: The next suffix to try per name base: bases cut at 80 characters repeat (many branches under one long
         #: pointer), and probing ``#2, #3...`` from the start each time is quadratic in their number.
         self._name_next: dict[str, int] = {}
@@ -130,6 +132,7 @@ class _Compiler(_Combinators, _EnumRules, _NumberRules, _StringRules, _ArrayRule
                 return (parts[0],) if self.live_keys(parts[0]) else ()
         out: list[_Part] = []
         seen: set[_Part] = set()
+        parent: dict[_Part, _Part] = {}  # the part a reference or allOf expanded each one from
         work = list(parts)
         while work:
             part = work.pop(0)
@@ -158,6 +161,7 @@ class _Compiler(_Combinators, _EnumRules, _NumberRules, _StringRules, _ArrayRule
                             skip.add(kw)
                             continue
                     target = self.resolve_ref(part.ptr, kw, node[kw])
+                    self.refuse_ref_cycle(_Part(target), part, parent, kw)
                     if self.doc.legacy and kw == "$ref":
                         added = [_Part(target)]
                         skip = None
@@ -170,6 +174,8 @@ class _Compiler(_Combinators, _EnumRules, _NumberRules, _StringRules, _ArrayRule
             if "allOf" in node and "allOf" not in skip:
                 skip.add("allOf")
                 added.extend(_Part(f"{part.ptr}/allOf/{i}") for i in range(len(node["allOf"])))
+            for child in added:
+                parent.setdefault(child, part)
             part = part._replace(skip=frozenset(skip))
             work.extend(added)
             if not self.live_keys(part):
@@ -177,6 +183,22 @@ class _Compiler(_Combinators, _EnumRules, _NumberRules, _StringRules, _ArrayRule
             if part not in out:
                 out.append(part)
         return tuple(out)
+
+    @staticmethod
+    def refuse_ref_cycle(target: _Part, part: _Part, parent: Mapping[_Part, _Part], kw: str) -> None:
+        """JsonSchemaError when ``target`` is ``part`` or a part it was expanded from: a reference back to a schema
+        applied to the same value (``{"$ref": "#"}``), which a validator follows forever. A reference reached
+        again inside a property or an item is a recursion over the value's structure, and fine."""
+        node: _Part | None = part
+        while node is not None:
+            if node.ptr == target.ptr and node.neg is None:
+                raise JsonSchemaError(
+                    "refers back to a schema applied to the same value, without descending into it: "
+                    "a validator never finishes",
+                    _clean_pointer(f"{part.ptr}/{kw}"),
+                    kw,
+                )
+            node = parent.get(node)
 
     def resolve_ref(self, ptr: str, kw: str, ref: Any) -> str:
         target = self.doc.resolve(ptr, ref, kw)
@@ -238,6 +260,7 @@ class _Compiler(_Combinators, _EnumRules, _NumberRules, _StringRules, _ArrayRule
             name = f"{base}#{i}"
         self._name_next[base] = i + 1
         self.names.add(name)
+        self.origins[name] = _clean_pointer(parts[0].ptr) if parts else ""
         if len(self.names) > MAX_RULES:
             raise JsonSchemaError(f"the schema needs more than {MAX_RULES:,} grammar rules", "", None)
         return name
@@ -364,7 +387,8 @@ class _Compiler(_Combinators, _EnumRules, _NumberRules, _StringRules, _ArrayRule
         depth = 0 if self.whitespace == "indent" else None
         root = self.conj((_Part(""),), depth)
         self.rules["root"] = root
-        return Grammar(_finalize(self.rules, "root", self.library), "root")
+        rules = _finalize(self.rules, "root", self.library, self.origins)
+        return Grammar(rules, "root", {name: self.origins[name] for name in rules if name in self.origins})
 
 
 # ==============================================================================================================
@@ -428,6 +452,9 @@ def compile_json_schema(schema: Any, vocab, **options):
         structure = compile_grammar(grammar, vocab, deadline=at, **options)
     except (GrammarError, CompileTimeout) as exc:  # a time limit; _finalize removes the rest of what it refuses
         raise JsonSchemaError(f"the schema's grammar cannot be built: {exc} (time_limit={time_limit})") from exc
+    except AutomatonTooLarge as exc:
+        pointer = grammar.origins.get(exc.rule or "", "")
+        raise JsonSchemaError(f"the schema's grammar cannot be built: {exc}", pointer) from exc
     structure.relaxations = notes
     return structure
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from decimal import Decimal, localcontext
 from functools import lru_cache
 
@@ -24,27 +25,28 @@ MAX_ENUMERATED_MULTIPLES = 512
 
 
 def _digits_ge(s: str) -> str:
-    """Regex for digit strings of length len(s) that are >= s."""
-    if not s:
-        return ""
-    if set(s) == {"0"}:
-        return f"[0-9]{{{len(s)}}}"
-    head, rest = s[0], s[1:]
-    options = [re.escape(head) + _digits_ge(rest)]
-    if head != "9":
-        options.append(f"[{int(head) + 1}-9]" + (f"[0-9]{{{len(rest)}}}" if rest else ""))
-    return "(?:" + "|".join(options) + ")"
+    """Regex for digit strings of length len(s) that are >= s: one flat alternation (a bound of hundreds of
+    digits, as ``1e308`` is, must not nest a group per digit)."""
+    return _digits_beyond(s, "0", lambda d: f"[{int(d) + 1}-9]" if d != "9" else None)
 
 
 def _digits_le(s: str) -> str:
-    if not s:
-        return ""
-    if set(s) == {"9"}:
-        return f"[0-9]{{{len(s)}}}"
-    head, rest = s[0], s[1:]
-    options = [head + _digits_le(rest)]
-    if head != "0":
-        options.append(f"[0-{int(head) - 1}]" + (f"[0-9]{{{len(rest)}}}" if rest else ""))
+    """Regex for digit strings of length len(s) that are <= s (flat, as :func:`_digits_ge`)."""
+    return _digits_beyond(s, "9", lambda d: f"[0-{int(d) - 1}]" if d != "0" else None)
+
+
+def _digits_beyond(s: str, free: str, beyond: Callable[[str], str | None]) -> str:
+    """``s`` itself or, for some position, ``s``'s digits before it, a digit of ``beyond(s[i])`` at it and any
+    digits after it. A tail of ``free`` digits (zeros for >=, nines for <=) already admits any digits."""
+    n = len(s)
+    k = len(s.rstrip(free))
+    options = [s[:k] + (f"[0-9]{{{n - k}}}" if k < n else "")] if n else []
+    for i in range(k):
+        digit = beyond(s[i])
+        if digit is not None:
+            options.append(s[:i] + digit + (f"[0-9]{{{n - i - 1}}}" if i < n - 1 else ""))
+    if len(options) <= 1:
+        return "".join(options)
     return "(?:" + "|".join(options) + ")"
 
 
@@ -105,8 +107,9 @@ def _int_range(lo: int | None, hi: int | None) -> str | None:
 
 
 @lru_cache(maxsize=4096)
-def _fraction_digits(lo: str | None, lo_strict: bool, hi: str | None, hi_strict: bool) -> tuple[bool, str | None]:
-    """Digit strings D (after the point) with lo <(=) 0.D <(=) hi, as (D may be empty, regex for nonempty D).
+def _fraction_digits(lo: str | None, lo_strict: bool, hi: str | None, hi_strict: bool) -> tuple[bool, tuple[str, ...]]:
+    """Digit strings D (after the point) with lo <(=) 0.D <(=) hi, as (D may be empty, the alternatives for
+    nonempty D: none of them holds a ``|``, so a bound of hundreds of digits gives one flat alternation).
 
     ``lo``/``hi`` are digit strings (the value 0.lo), None for no bound."""
     if lo is not None:
@@ -116,13 +119,13 @@ def _fraction_digits(lo: str | None, lo_strict: bool, hi: str | None, hi_strict:
     if hi is not None:
         hi = hi.rstrip("0")
     if lo is None and hi is None:
-        return True, "[0-9]+"
+        return True, ("[0-9]+",)
     if hi == "":
         if hi_strict or lo is not None:
-            return False, None
-        return True, "0+"
+            return False, ()
+        return True, ("0+",)
     if lo == "" and hi is None:
-        return False, "[0-9]*[1-9][0-9]*"
+        return False, ("[0-9]*[1-9][0-9]*",)
     empty_ok = lo is None and (hi is None or hi != "" or not hi_strict)
     groups: dict[tuple, list[int]] = {}
     for d in range(10):
@@ -142,26 +145,24 @@ def _fraction_digits(lo: str | None, lo_strict: bool, hi: str | None, hi_strict:
                 continue
             nhi = None if c < h0 else hi[1:]
         groups.setdefault((nlo, nhi), []).append(d)
-    options = []
+    options: list[str] = []
     for (nlo, nhi), digits in groups.items():
-        sub_empty, sub = _fraction_digits(nlo, lo_strict, nhi, hi_strict)
-        if sub is None and not sub_empty:
-            continue
-        rest = "" if sub is None else (f"(?:{sub})?" if sub_empty else f"(?:{sub})")
+        sub_empty, subs = _fraction_digits(nlo, lo_strict, nhi, hi_strict)
         cls = str(digits[0]) if len(digits) == 1 else f"[{''.join(map(str, digits))}]"
-        options.append(cls + rest)
-    if not options:
-        return empty_ok, None
-    return empty_ok, "|".join(options)
+        if sub_empty:
+            options.append(cls)
+        options.extend(cls + sub for sub in subs)
+    return empty_ok, tuple(options)
 
 
 def _frac_part(lo: str | None, lo_strict: bool, hi: str | None, hi_strict: bool, nonint: bool) -> str | None:
     """Regex for the optional fraction part ``(\\.D)?`` given bounds on 0.D; None when impossible."""
     if nonint and (lo is None or lo.rstrip("0") == ""):
         lo, lo_strict = "", True
-    empty_ok, rx = _fraction_digits(lo, lo_strict, hi, hi_strict)
-    if rx is None:
+    empty_ok, options = _fraction_digits(lo, lo_strict, hi, hi_strict)
+    if not options:
         return "" if empty_ok else None
+    rx = "|".join(options)
     return f"(?:\\.(?:{rx}))?" if empty_ok else f"\\.(?:{rx})"
 
 

@@ -8,6 +8,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 
 from constrain.compilers.json_schema.errors import _Unsatisfiable
+from constrain.errors import JsonSchemaError
 from constrain.grammar.ir import Alt, Automaton, Expr, Literal, Ref, Regex, Repeat, Seq, calls_of
 
 # The walks below meet the same subtree many times where branches were inlined (an option's body is shared by
@@ -111,10 +112,11 @@ def _reachable(rules: dict[str, Expr], start: str, refs: dict[str, tuple[str, ..
     return {name: rules[name] for name in rules if name in keep}
 
 
-def _finalize(rules: dict[str, Expr], start: str, library: set[str]) -> dict[str, Expr]:
-    """The grammar's rules less those that cannot complete or that ``start`` never reaches, with alias cycles
-    resolved. The ``library`` rules (see :attr:`~constrain.compilers.json_schema.compiler._Compiler.library`) are
-    productive and free of alias cycles, so only the schema's own rules are analysed."""
+def _finalize(rules: dict[str, Expr], start: str, library: set[str], origins: Mapping[str, str]) -> dict[str, Expr]:
+    """The grammar's rules less those that cannot complete or that ``start`` never reaches; an alias cycle is
+    refused with a :class:`JsonSchemaError` at the pointer ``origins`` gives its rule. The ``library`` rules (see
+    :attr:`~constrain.compilers.json_schema.compiler._Compiler.library`) are productive and free of alias cycles,
+    so only the schema's own rules are analysed."""
     refs: dict[str, tuple[str, ...]] = {}  # each reachable rule's calls, found by _reachable
     rules = _reachable(rules, start, refs)  # first: branches inline their options' bodies, often leaving those unused
     # A rule whose calls are all productive is: calls are counted down, so most rules are settled without a walk.
@@ -170,24 +172,21 @@ def _finalize(rules: dict[str, Expr], start: str, library: set[str]) -> dict[str
         else:
             changed = True
     rules = pruned
-    # Alias cycles (A = B | x, B = A | y): each rule of the cycle means the union of their other options.
+    # An alias cycle (A = B | x, B = A | y) is a schema applied to the same value again through references and
+    # branches: a validator follows it forever, so no value can be shown valid.
     alias_edges = {
         name: {o.rule for o in _options(body) if isinstance(o, Ref) and o.rule in rules and o.rule not in library}
         for name, body in rules.items()
         if name not in library
     }
     for comp in _sccs(_cyclic_part(alias_edges)):
-        if len(comp) == 1 and next(iter(comp)) not in alias_edges[next(iter(comp))]:
-            continue
-        union: list[Expr] = []
-        for name in sorted(comp):
-            for o in _options(rules[name]):
-                if not (isinstance(o, Ref) and o.rule in comp) and o not in union:
-                    union.append(o)
-        for name in comp:
-            rules[name] = union[0] if len(union) == 1 else Alt(tuple(union))
-            refs[name] = calls_of(rules[name])
-        changed = True
+        name = min(comp)
+        if len(comp) > 1 or name in alias_edges[name]:
+            raise JsonSchemaError(
+                "its references lead back to it, through branches, without descending into the value: a validator "
+                "never finishes",
+                origins.get(name, ""),
+            )
     return _reachable(rules, start, refs) if changed else rules
 
 
