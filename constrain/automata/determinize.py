@@ -14,7 +14,9 @@ from constrain.automata.minimize import _reduce_edges
 
 
 @njit(cache=True)
-def _determinize_in_one_slice(byte_flat, eps_flat, call_flat, begin, end, n, start, accept, slice_work, max_states):
+def _determinize_in_one_slice(
+    byte_flat, eps_flat, call_flat, begin, end, n, start, accept, slice_work, max_states, max_members
+):
     """The whole of :meth:`ByteNFA.determinize` in one kernel call when the subset construction finishes within
     one slice of work, as it does for almost every rule (each kernel call costs microseconds of dispatch, which
     for a small rule is most of its cost): ``(status, finished, trans, accepting, calls, used)``, the arrays
@@ -23,7 +25,7 @@ def _determinize_in_one_slice(byte_flat, eps_flat, call_flat, begin, end, n, sta
     work = _new_work(16, nfa[11], nfa[12])
     work, done, count, status = _subset_construction(
         start, nfa[0], nfa[1], nfa[2], nfa[3], nfa[4], nfa[5], nfa[6], nfa[7], nfa[8], nfa[9],
-        work, 0, 0, slice_work, max_states,
+        work, 0, 0, slice_work, max_states, max_members,
     )  # fmt: skip
     if status or done != count:
         empty = np.empty((0, 0), dtype=np.int32)
@@ -183,8 +185,10 @@ def _reaching(edges, n, target):
 
 @njit(cache=True, inline="always")
 def _close(seeds, num_seeds, ptr, rows, important, stamp, generation, stack, out):
-    """The important states of the epsilon closure of ``seeds[:num_seeds]``, sorted, into ``out``; their count."""
+    """The important states of the epsilon closure of ``seeds[:num_seeds]``, sorted, into ``out``: ``(their
+    count, the states the closure visited)``."""
     top = 0
+    steps = 0
     for j in range(num_seeds):
         s = seeds[j]
         if stamp[s] != generation:
@@ -194,6 +198,7 @@ def _close(seeds, num_seeds, ptr, rows, important, stamp, generation, stack, out
     k = 0
     while top > 0:
         top -= 1
+        steps += 1
         s = stack[top]
         if important[s]:
             out[k] = s
@@ -206,7 +211,7 @@ def _close(seeds, num_seeds, ptr, rows, important, stamp, generation, stack, out
                 top += 1
     if k > 16:
         out[:k].sort()
-        return k
+        return k, steps
     for i in range(1, k):  # most closures are a few states: sorted in place, without a call of the sort
         v = out[i]
         j = i - 1
@@ -214,12 +219,13 @@ def _close(seeds, num_seeds, ptr, rows, important, stamp, generation, stack, out
             out[j + 1] = out[j]
             j -= 1
         out[j + 1] = v
-    return k
+    return k, steps
 
 
 @njit(cache=True, inline="always")
-def _intern(out, k, work, count, max_states):
-    """The id of the subset ``out[:k]``, added when new: ``(id, work, count)``; id -2 when past ``max_states``."""
+def _intern(out, k, work, count, max_states, max_members):
+    """The id of the subset ``out[:k]``, added when new: ``(id, work, count)``; id -2 when past ``max_states``,
+    -3 when the subsets would hold more than ``max_members`` states in all."""
     members, offsets, hashes, trans, calls, accepting, table = work
     h = np.uint64(14695981039346656037)
     for j in range(k):
@@ -240,6 +246,8 @@ def _intern(out, k, work, count, max_states):
         slot = (slot + 1) & mask
     if count >= max_states:
         return -2, work, count
+    if offsets[count] + k > max_members:
+        return -3, work, count
     if count == trans.shape[0]:
         capacity = 2 * count
         grown = np.full((capacity, trans.shape[1]), -1, dtype=np.int32)
@@ -269,7 +277,7 @@ def _intern(out, k, work, count, max_states):
             slot = (slot + 1) & mask
     start = offsets[count]
     if start + k > members.shape[0]:
-        grown_members = np.empty(max(2 * members.shape[0], start + k), dtype=np.int32)
+        grown_members = np.empty(max(min(2 * members.shape[0], max_members), start + k), dtype=np.int32)
         grown_members[:start] = members[:start]
         members = grown_members
     members[start : start + k] = out[:k]
@@ -280,24 +288,27 @@ def _intern(out, k, work, count, max_states):
 
 
 @njit(cache=True, inline="always")
-def _successor(seeds, num_seeds, eps_ptr, eps_rows, important, stamp, generation, stack, out, work, count, max_states):
-    """The subset reached through ``seeds`` (its id, -1 when it reads and accepts nothing, -2 past
-    ``max_states``), the size of its closure, and the grown ``work`` and ``count``."""
-    k = _close(seeds, num_seeds, eps_ptr, eps_rows, important, stamp, generation, stack, out)
+def _successor(
+    seeds, num_seeds, eps_ptr, eps_rows, important, stamp, generation, stack, out, work, count, max_states, max_members
+):
+    """The subset reached through ``seeds`` (its id, -1 when it reads and accepts nothing, -2 or -3 past a limit:
+    see :func:`_intern`), the states its closure visited, and the grown ``work`` and ``count``."""
+    k, steps = _close(seeds, num_seeds, eps_ptr, eps_rows, important, stamp, generation, stack, out)
     if k == 0:
-        return -1, 0, work, count
-    target, work, count = _intern(out, k, work, count, max_states)
-    return target, k, work, count
+        return -1, steps, work, count
+    target, work, count = _intern(out, k, work, count, max_states, max_members)
+    return target, steps, work, count
 
 
 @njit(cache=True)
 def _subset_construction(
     start, start_ptr, start_rows, byte_ptr, byte_rows, eps_ptr, eps_rows, call_ptr, call_rows, final, important,
-    work, done, count, slice_work, max_states,
+    work, done, count, slice_work, max_states, max_members,
 ):  # fmt: skip
     """Expand subsets ``done``.. (adding the start subset first when there is none yet) until about
-    ``slice_work`` states have been visited: ``(work, done, count, status)``, status 1 when the automaton needs
-    more than ``max_states`` states."""
+    ``slice_work`` states and edges have been visited: ``(work, done, count, status)``, status 1 when the
+    automaton needs more than ``max_states`` states, 2 when its subsets would hold more than ``max_members`` NFA
+    states in all."""
     n = final.shape[0]
     stamp = np.zeros(n, dtype=np.int64)
     stack = np.empty(n, dtype=np.int32)
@@ -315,11 +326,13 @@ def _subset_construction(
     if count == 0:
         seeds[0] = start
         generation += 1
-        k = _close(seeds, 1, start_ptr, start_rows, important, stamp, generation, stack, out)
+        k, _ = _close(seeds, 1, start_ptr, start_rows, important, stamp, generation, stack, out)
         if k == 0:  # nothing can be read or accepted: one dead start state
             work[5][0] = False
             return work, 1, 1, 0
-        _, work, count = _intern(out, k, work, count, max_states)
+        first_id, work, count = _intern(out, k, work, count, max_states, max_members)
+        if first_id < 0:
+            return work, done, count, 1 if first_id == -2 else 2
     visited = 0
     while done < count and visited < slice_work:
         i = done
@@ -357,12 +370,14 @@ def _subset_construction(
         for g in range(num_groups):
             num_seeds = 0
             if g < num_ranges:
+                visited += num_edges
                 a = cuts[g]
                 for e in range(num_edges):
                     if lo[e] <= a and hi[e] >= a:
                         seeds[num_seeds] = dst[e]
                         num_seeds += 1
             else:
+                visited += num_calls
                 for e in range(num_calls):
                     if call_rule[e] == g - num_ranges:
                         seeds[num_seeds] = call_dst[e]
@@ -370,12 +385,15 @@ def _subset_construction(
             if num_seeds == 0:
                 continue
             generation += 1
-            target, k, work, count = _successor(
-                seeds, num_seeds, eps_ptr, eps_rows, important, stamp, generation, stack, out, work, count, max_states
-            )
-            visited += num_seeds + k
+            target, steps, work, count = _successor(
+                seeds, num_seeds, eps_ptr, eps_rows, important, stamp, generation, stack, out, work, count,
+                max_states, max_members,
+            )  # fmt: skip
+            visited += num_seeds + steps
             if target == -2:
                 return work, done, count, 1
+            if target == -3:
+                return work, done, count, 2
             if target >= 0:
                 if g < num_ranges:
                     work[3][i, cuts[g] : cuts[g + 1]] = target

@@ -13,8 +13,9 @@ from functools import cached_property
 import numpy as np
 from numba import njit
 
+from constrain.automata.limits import MAX_DFA_STATES
 from constrain.automata.minimize import _bfs_order, _reduce, _renumbered
-from constrain.errors import StructureError
+from constrain.errors import AutomatonTooLarge, StructureError
 
 DEAD = -1
 
@@ -43,6 +44,11 @@ class ByteDFA:
     @property
     def num_states(self) -> int:
         return int(self.trans.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes of its arrays (what caches bounded in bytes count)."""
+        return self.trans.nbytes + self.accepting.nbytes + self.calls.nbytes
 
     @cached_property
     def edge_list(self) -> np.ndarray:
@@ -93,15 +99,18 @@ class ByteDFA:
         as :meth:`reduced` numbers states, built without a minimisation pass (see :func:`_trie_complement`).
 
         The language must be prefix-free (an accepting state reads nothing, as for a quoted JSON string) and each
-        word in it: ValueError otherwise."""
+        word in it: ValueError otherwise. :class:`~constrain.errors.AutomatonTooLarge` when the result would have
+        more than :data:`~constrain.automata.limits.MAX_DFA_STATES` states (found before its table is made)."""
         if self.calls.shape[1] or (self.trans[self.accepting] >= 0).any():
             raise StructureError("without_words needs a call-free DFA whose accepting states read nothing")
         data = np.frombuffer(b"".join(words), dtype=np.uint8)
         offsets = np.zeros(len(words) + 1, dtype=np.int64)
         np.cumsum([len(w) for w in words], out=offsets[1:])
-        trans, accepting, ok = _trie_complement(data, offsets, self.trans, self.accepting)
-        if not ok:
+        trans, accepting, status = _trie_complement(data, offsets, self.trans, self.accepting, MAX_DFA_STATES)
+        if status == 1:
             raise StructureError("a word to remove is not in the language")
+        if status == 2:
+            raise AutomatonTooLarge(f"the automaton needs more than {MAX_DFA_STATES:,} DFA states")
         out = ByteDFA(trans, accepting)
         object.__setattr__(out, "_words_removed_from", self)
         return out
@@ -307,8 +316,8 @@ def _paired_states(trans, base_trans):
 
 
 @njit(cache=True)
-def _trie_complement(data, offsets, trans, accepting):
-    """``(table, accepting, ok)`` for :meth:`ByteDFA.without_words`: the words (``data[offsets[i]:offsets[i+1]]``)
+def _trie_complement(data, offsets, trans, accepting, max_states):
+    """``(table, accepting, status)`` for :meth:`ByteDFA.without_words`: the words (``data[offsets[i]:offsets[i+1]]``)
     form a trie that runs beside the DFA, and a byte the trie does not read continues in the DFA.
 
     The result is minimal as built once equal subtries are merged: two trie nodes are equivalent exactly when
@@ -316,8 +325,8 @@ def _trie_complement(data, offsets, trans, accepting):
     is never equivalent to a DFA state (it rejects a word below it that the state accepts); a node where a word
     ends is dead (accepting states read nothing, so it is a leaf); the DFA itself is minimal. Merging goes
     bottom-up (a child is made after its parent) with a hash table whose hits are compared in full. States are
-    numbered breadth first from the start, as :meth:`ByteDFA.reduced` numbers them. ``ok`` is False when a word
-    is not accepted."""
+    numbered breadth first from the start, as :meth:`ByteDFA.reduced` numbers them. ``status``: 0 done, 1 when a
+    word is not accepted, 2 when the result would have more than ``max_states`` states (its table is not made)."""
     num_dfa = trans.shape[0]
     size = data.shape[0] + 1
     first_child = np.full(size, -1, dtype=np.int32)
@@ -335,7 +344,7 @@ def _trie_complement(data, offsets, trans, accepting):
             if child < 0:
                 t = trans[state_of[node], b]
                 if t < 0:
-                    return np.empty((0, 256), dtype=np.int32), np.empty(0, dtype=np.bool_), False
+                    return np.empty((0, 256), dtype=np.int32), np.empty(0, dtype=np.bool_), 1
                 child = count
                 count += 1
                 byte_of[child] = b
@@ -344,7 +353,7 @@ def _trie_complement(data, offsets, trans, accepting):
                 first_child[node] = child
             node = child
         if not accepting[state_of[node]]:
-            return np.empty((0, 256), dtype=np.int32), np.empty(0, dtype=np.bool_), False
+            return np.empty((0, 256), dtype=np.int32), np.empty(0, dtype=np.bool_), 1
     # Classes of trie nodes, leaves (dead) -1.
     class_of = np.full(count, -1, dtype=np.int32)
     rep = np.empty(count, dtype=np.int32)
@@ -400,6 +409,8 @@ def _trie_complement(data, offsets, trans, accepting):
         class_of[node] = found
     # Breadth first from the root's class over classes (ids 0..num_classes-1) and DFA states (num_classes + q).
     total = num_classes + num_dfa
+    if total > max_states:
+        return np.empty((0, 256), dtype=np.int32), np.empty(0, dtype=np.bool_), 2
     number = np.full(total, -1, dtype=np.int32)
     queue = np.empty(total, dtype=np.int32)
     out = np.full((total, 256), -1, dtype=np.int32)
@@ -435,4 +446,4 @@ def _trie_complement(data, offsets, trans, accepting):
                     tail += 1
                 out[head, b] = number[t]
         head += 1
-    return out[:tail].copy(), out_accepting[:tail].copy(), True
+    return out[:tail].copy(), out_accepting[:tail].copy(), 0

@@ -1,8 +1,13 @@
-"""Limits on compile work: CPU-time deadlines and automaton size caps.
+"""Limits on compile work: CPU-time deadlines, automaton size caps, and the memory caches keep between compiles.
 
-Hostile input must be refused rather than built: a compile runs inside :func:`deadline` and its loops call
-:func:`check_deadline`; automata past :data:`MAX_NFA_STATES` or :data:`MAX_DFA_STATES` raise
-:class:`AutomatonTooLarge`.
+Hostile input must be refused rather than built: a compile runs under :func:`time_limited` (every compiler's
+``time_limit=``) and its loops call :func:`check_deadline`; automata past :data:`MAX_NFA_STATES`,
+:data:`MAX_DFA_STATES` or :data:`MAX_SUBSET_MEMBERS` raise :class:`~constrain.errors.AutomatonTooLarge`, and a
+grammar of more than :data:`MAX_GRAMMAR_RULES` rules a :class:`~constrain.errors.GrammarError`. Together they
+bound what one compile builds: a rule's automaton holds at most :data:`MAX_DFA_STATES` rows of 256 int32
+(200 MiB), and its subset construction at most :data:`MAX_SUBSET_MEMBERS` int32 besides. What is kept between
+compiles is bounded in bytes by the ``*_CACHE_BYTES`` budgets below (864 MiB over all the caches, plus, in each,
+at most one entry larger than its whole budget, kept until the next one is put).
 """
 
 from __future__ import annotations
@@ -19,9 +24,35 @@ from numba.core import event as numba_events
 from constrain import collector
 from constrain.errors import CompileTimeout
 
-#: Hostile-input guards: an automaton past these sizes is refused rather than built.
+#: Hostile-input guards: an automaton past these sizes is refused rather than built. A grammar's repetition
+#: (:class:`~constrain.grammar.ir.Repeat`) or a ``maxLength`` whose copies could not fit is refused before any is
+#: built.
 MAX_NFA_STATES = 2_000_000
 MAX_DFA_STATES = 200_000
+#: NFA states the subset construction may keep in all its subsets together (int32 each, so 256 MiB): an NFA
+#: whose every DFA state stands for thousands of NFA states (an object of thousands of optional properties, nested
+#: counted repetitions) is refused at this bound rather than when it has used gigabytes.
+MAX_SUBSET_MEMBERS = 1 << 26
+#: Rules one grammar may have (Lark, GBNF, JSON Schema, a :class:`~constrain.grammar.ir.Grammar`).
+MAX_GRAMMAR_RULES = 50_000
+
+#: CPU seconds a compile may take before it is refused: the default ``time_limit`` of :func:`constrain.compile`
+#: and of every compiler.
+DEFAULT_TIME_LIMIT = 5.0
+
+#: Bytes each per-process cache of automata may keep: regexes by pattern
+#: (:func:`~constrain.automata.regex.regex_to_dfa`), grammar terminals by pattern
+#: (:func:`~constrain.grammar.rules.terminal_dfa`), and the JSON Schema compiler's string languages, string
+#: automata, counted strings and key automata by constraint (seven caches).
+AUTOMATON_CACHE_BYTES = 64 << 20
+#: Bytes of rule automata kept by rule body, shared by every grammar built in the process.
+RULE_CACHE_BYTES = 128 << 20
+#: Bytes each small per-process memo may keep: the UTF-8 byte paths of character classes, the digit patterns of
+#: fraction bounds.
+PIECE_CACHE_BYTES = 16 << 20
+#: Bytes of compiled structures :func:`constrain.compile` keeps (their automata; each structure's mask cache
+#: is bounded by its own ``cache_bytes`` besides).
+COMPILE_CACHE_BYTES = 256 << 20
 
 
 class _Deadline:
@@ -98,7 +129,29 @@ def deadline(at: float | None) -> Iterator[None]:
             collector.resume()
 
 
+@contextmanager
+def time_limited(seconds: float | None, what: str) -> Iterator[None]:
+    """The block runs under a limit of ``seconds`` of :func:`compile_clock` from now (None: none of its own),
+    and within any limit already in force: what every compiler's ``time_limit=`` means, so a compiler called by
+    another (choices by way of a regex, a Pydantic type by way of its JSON Schema) keeps its caller's limit. When
+    this limit is the one that runs out, the :class:`CompileTimeout` says that ``what`` did not compile within
+    it."""
+    outer = _DEADLINE.get()
+    at = math.inf if seconds is None else compile_clock() + seconds
+    if outer is not None and outer.at <= at:  # the caller's limit comes first: it reports its own
+        yield
+        return
+    try:
+        with deadline(None if seconds is None else at):
+            yield
+    except CompileTimeout as exc:
+        if seconds is None:  # an inner limit ran out: it said so
+            raise
+        raise CompileTimeout(f"{what} did not compile within time_limit={seconds:g} s (None lifts the limit)") from exc
+
+
 def check_deadline() -> None:
+    """Raise :class:`CompileTimeout` when the time limit in force has run out."""
     limit = _DEADLINE.get()
     if limit is None:
         return

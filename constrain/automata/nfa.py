@@ -26,7 +26,7 @@ from constrain.automata.determinize import (
     _subset_construction,
 )
 from constrain.automata.dfa import ByteDFA
-from constrain.automata.limits import MAX_DFA_STATES, MAX_NFA_STATES, check_deadline
+from constrain.automata.limits import MAX_DFA_STATES, MAX_NFA_STATES, MAX_SUBSET_MEMBERS, check_deadline
 from constrain.automata.utf8 import _utf8_paths
 from constrain.errors import AutomatonTooLarge
 
@@ -139,8 +139,9 @@ class ByteNFA:
         call_flat = np.array(self._calls, dtype=np.int32)
         check_deadline()
         status, finished, trans, accepting, calls, used = _determinize_in_one_slice(
-            byte_flat, eps_flat, call_flat, begin, end, n, start, accept, work_per_slice, MAX_DFA_STATES
-        )
+            byte_flat, eps_flat, call_flat, begin, end, n, start, accept, work_per_slice, MAX_DFA_STATES,
+            MAX_SUBSET_MEMBERS,
+        )  # fmt: skip
         if not finished and not status:  # a large automaton: again, in slices with the time limit between them
             nfa = _index_nfa(byte_flat, eps_flat, call_flat, begin, end, n, accept)
             byte_class, num_classes, num_rules = nfa[-3:]
@@ -149,14 +150,19 @@ class ByteNFA:
             while not status:
                 check_deadline()
                 work, done, count, status = _subset_construction(
-                    start, *nfa[:-3], work, done, count, work_per_slice, MAX_DFA_STATES
+                    start, *nfa[:-3], work, done, count, work_per_slice, MAX_DFA_STATES, MAX_SUBSET_MEMBERS
                 )
                 if done == count:
                     break
             if not status:
                 trans, accepting, calls, used = _reduced_subsets(work[3], work[4], work[5], count, byte_class)
-        if status:
+        if status == 1:
             raise AutomatonTooLarge(f"the automaton needs more than {MAX_DFA_STATES:,} DFA states")
+        if status:
+            raise AutomatonTooLarge(
+                f"the automaton's subset construction needs more than {MAX_SUBSET_MEMBERS:,} NFA states in all its "
+                "subsets (each DFA state stands for many NFA states)"
+            )
         return ByteDFA(trans, accepting, calls, tuple(used.tolist()))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from constrain.automata.limits import DEFAULT_TIME_LIMIT, time_limited
 from constrain.compilers.regex import compile_regex
 from constrain.errors import StructureError
 from constrain.runtime.masks import DEFAULT_CACHE_BYTES
@@ -38,7 +39,13 @@ def _escaped(ch: str) -> str:
 
 
 def compile_choices(
-    choices: Sequence[str], vocab: Vocabulary, *, cache_bytes: int = DEFAULT_CACHE_BYTES
+    choices: Sequence[str],
+    vocab: Vocabulary,
+    *,
+    cache_bytes: int = DEFAULT_CACHE_BYTES,
+    time_limit: float | None = DEFAULT_TIME_LIMIT,
 ) -> DFAStructure:
-    """Compile ``choices`` for ``vocab``: the structure accepts exactly the texts in the list."""
-    return compile_regex(choice_regex(choices), vocab, cache_bytes=cache_bytes)
+    """Compile ``choices`` for ``vocab``: the structure accepts exactly the texts in the list. ``time_limit``: CPU
+    seconds before :class:`~constrain.errors.CompileTimeout` (None: no limit)."""
+    with time_limited(time_limit, "the choices"):
+        return compile_regex(choice_regex(choices), vocab, cache_bytes=cache_bytes, time_limit=None)

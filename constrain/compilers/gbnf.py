@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 
+from constrain.automata.limits import DEFAULT_TIME_LIMIT, time_limited
 from constrain.automata.regex import deep_nesting_offset
 from constrain.automata.utf8 import MAX_CODE_POINT, SURROGATES, complement_ranges
 from constrain.errors import ArgumentError, GrammarSyntaxError
@@ -275,6 +276,15 @@ def gbnf_to_grammar(text: str, start: str = "root") -> Grammar:
         raise GrammarSyntaxError.at("groups nest too deeply", text, offset if offset is not None else 0) from None
 
 
-def compile_gbnf(text: str, vocab: Vocabulary, *, start: str = "root", **options) -> GrammarStructure:
-    """Compile a GBNF grammar for ``vocab``; ``options`` (``cache_bytes``) go to the structure."""
-    return GrammarStructure(build_pushdown(gbnf_to_grammar(text, start)), vocab, source=text, **options)
+def compile_gbnf(
+    text: str,
+    vocab: Vocabulary,
+    *,
+    start: str = "root",
+    time_limit: float | None = DEFAULT_TIME_LIMIT,
+    **options,
+) -> GrammarStructure:
+    """Compile a GBNF grammar for ``vocab``; ``options`` (``cache_bytes``) go to the structure. ``time_limit``:
+    CPU seconds before :class:`~constrain.errors.CompileTimeout` (None: no limit)."""
+    with time_limited(time_limit, "the GBNF grammar"):
+        return GrammarStructure(build_pushdown(gbnf_to_grammar(text, start)), vocab, source=text, **options)

@@ -49,6 +49,7 @@ from lark.exceptions import LarkError, UnexpectedInput
 from lark.grammar import Symbol
 from lark.lexer import PatternStr, TerminalDef
 
+from constrain.automata.limits import DEFAULT_TIME_LIMIT, time_limited
 from constrain.automata.nfa import ByteNFA
 from constrain.automata.regex import add_regex
 from constrain.compilers.gbnf import escape_char
@@ -239,6 +240,15 @@ def lark_to_grammar(text: str, start: str = "start") -> Grammar:
     return Grammar(rules, _START)
 
 
-def compile_lark(text: str, vocab: Vocabulary, *, start: str = "start", **options) -> GrammarStructure:
-    """Compile a Lark grammar for ``vocab``; ``options`` (``cache_bytes``) go to the structure."""
-    return GrammarStructure(build_pushdown(lark_to_grammar(text, start)), vocab, source=text, **options)
+def compile_lark(
+    text: str,
+    vocab: Vocabulary,
+    *,
+    start: str = "start",
+    time_limit: float | None = DEFAULT_TIME_LIMIT,
+    **options,
+) -> GrammarStructure:
+    """Compile a Lark grammar for ``vocab``; ``options`` (``cache_bytes``) go to the structure. ``time_limit``:
+    CPU seconds before :class:`~constrain.errors.CompileTimeout` (None: no limit)."""
+    with time_limited(time_limit, "the Lark grammar"):
+        return GrammarStructure(build_pushdown(lark_to_grammar(text, start)), vocab, source=text, **options)

@@ -48,6 +48,7 @@ from pydantic.errors import PydanticUndefinedAnnotation, PydanticUserError
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
+from constrain.automata.limits import DEFAULT_TIME_LIMIT, time_limited
 from constrain.compilers.json_schema import compile_json_schema
 from constrain.errors import PydanticSchemaError
 
@@ -102,27 +103,31 @@ def pydantic_schema(model_type: Any, *, additional_properties_default: bool = Fa
     return _schema_and_gaps(model_type, additional_properties_default)[0]
 
 
-def compile_pydantic(model_type: Any, vocab: Vocabulary, **options: Any) -> GrammarStructure:
+def compile_pydantic(
+    model_type: Any, vocab: Vocabulary, *, time_limit: float | None = DEFAULT_TIME_LIMIT, **options: Any
+) -> GrammarStructure:
     """Compile ``model_type`` (a pydantic model, dataclass, TypedDict or any type pydantic validates) for
     ``vocab`` into a :class:`~constrain.runtime.pushdown.GrammarStructure`.
 
     ``options`` are those of :func:`~constrain.compilers.json_schema.compile_json_schema` (``strict``,
     ``whitespace``, ``max_whitespace``, ``additional_properties_default`` (default ``False`` here: closed
-    objects), ``cache_bytes``). Raises :class:`PydanticSchemaError` for a type pydantic cannot describe or, in
-    strict mode, one it validates more than its schema says; the JSON compiler's refusals propagate as
+    objects), ``cache_bytes``); ``time_limit`` (CPU seconds, None: no limit) covers writing the schema too.
+    Raises :class:`PydanticSchemaError` for a type pydantic cannot describe or, in strict mode, one it validates
+    more than its schema says; the JSON compiler's refusals propagate as
     :class:`~constrain.compilers.json_schema.JsonSchemaError` with the JSON pointer.
     """
     options.setdefault("additional_properties_default", False)
-    schema, gaps = _schema_and_gaps(model_type, options["additional_properties_default"])
-    strict = options.get("strict", True)
-    if gaps and strict:
-        raise PydanticSchemaError(
-            "pydantic validates more than its JSON Schema says, so some accepted texts would not parse: "
-            + "; ".join(gaps)
-            + " (refused in strict mode)",
-            model_type,
-        )
-    structure = compile_json_schema(schema, vocab, **options)
+    with time_limited(time_limit, "the Pydantic type"):
+        schema, gaps = _schema_and_gaps(model_type, options["additional_properties_default"])
+        strict = options.get("strict", True)
+        if gaps and strict:
+            raise PydanticSchemaError(
+                "pydantic validates more than its JSON Schema says, so some accepted texts would not parse: "
+                + "; ".join(gaps)
+                + " (refused in strict mode)",
+                model_type,
+            )
+        structure = compile_json_schema(schema, vocab, time_limit=time_limit, **options)
     structure.relaxations = [*gaps, *structure.relaxations]
     return structure
 

@@ -5,11 +5,16 @@ The supported subset and what is refused are described in :mod:`constrain.automa
 
 from __future__ import annotations
 
+from constrain.automata.limits import DEFAULT_TIME_LIMIT, time_limited
 from constrain.automata.regex import regex_to_dfa
 from constrain.runtime.matcher import DFAStructure
 from constrain.vocab.vocabulary import Vocabulary
 
 
-def compile_regex(pattern: str, vocab: Vocabulary, **options) -> DFAStructure:
-    """Compile a regex (whole-text match) for ``vocab``; ``options`` (``cache_bytes``) go to :class:`DFAStructure`."""
-    return DFAStructure(regex_to_dfa(pattern), vocab, source=pattern, **options)
+def compile_regex(
+    pattern: str, vocab: Vocabulary, *, time_limit: float | None = DEFAULT_TIME_LIMIT, **options
+) -> DFAStructure:
+    """Compile a regex (whole-text match) for ``vocab``; ``options`` (``cache_bytes``) go to :class:`DFAStructure`.
+    ``time_limit``: CPU seconds before :class:`~constrain.errors.CompileTimeout` (None: no limit)."""
+    with time_limited(time_limit, "the regex"):
+        return DFAStructure(regex_to_dfa(pattern), vocab, source=pattern, **options)
