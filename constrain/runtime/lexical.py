@@ -212,8 +212,8 @@ class LexicalMasks:
         self._small_words = np.zeros(width, dtype=np.uint32)
         for j in self._small:
             self._small_words |= self._token_words(j)
-        # Every token in the trie: a walk read from disk may allow no other.
-        self._trie_words = self._small_words | np.bitwise_or.reduce(self._subtree_words, axis=0)
+        # The tokens outside the trie (the rest of the last word too): a walk read from disk may allow none.
+        self._not_trie_words = ~(self._small_words | np.bitwise_or.reduce(self._subtree_words, axis=0))
         # The two-byte nodes, with their first-byte subtree (index into first_nodes) and their two bytes.
         self.depth2_nodes = np.flatnonzero(trie.node_depth == 2).astype(np.int32)
         self._depth2_subtree = np.searchsorted(self.first_nodes, self.depth2_nodes, side="right") - 1
@@ -449,7 +449,7 @@ class LexicalMasks:
         be wrong (a writer can recompute it): every pop range must be one the walks record, the subtree below a
         trie node with children, ``(node + 1, node_next[node], node_depth[node])``, each node once; the words may
         allow only tokens of the trie."""
-        if (words & ~self._trie_words).any():
+        if np.bitwise_and(words, self._not_trie_words).any():
             return "its mask allows tokens outside the vocabulary's trie"
         if not len(ranges):
             return None
@@ -458,13 +458,13 @@ class LexicalMasks:
         if first.min() < 1 or first.max() > trie.num_nodes:
             return "a pop range starts outside the trie"
         nodes = first - 1
+        ends = trie.node_next[nodes]
         if not (
-            np.array_equal(ranges[:, 1], trie.node_next[nodes])
-            and np.array_equal(ranges[:, 2], trie.node_depth[nodes])
-            and (trie.node_next[nodes] > first).all()
+            (ranges[:, 1] == ends).all() and (ranges[:, 2] == trie.node_depth[nodes]).all() and (ends > first).all()
         ):
             return "a pop range is not the subtree below a trie node"
-        if np.unique(nodes).size != nodes.size:
+        nodes.sort()
+        if (nodes[1:] == nodes[:-1]).any():
             return "a pop range is repeated"
         return None
 
