@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from constrain.automata.limits import CompileTimeout, compile_clock, deadline
+from constrain.automata.limits import DEFAULT_TIME_LIMIT, CompileTimeout, time_limited
 from constrain.compilers.json_schema.arrays import _ArrayRules
 from constrain.compilers.json_schema.combinators import _Combinators
 from constrain.compilers.json_schema.document import _clean_pointer, _Document
@@ -33,8 +33,6 @@ from constrain.runtime.pushdown import compile_grammar
 
 #: Most grammar rules one schema may produce.
 MAX_RULES = 20_000
-#: Seconds a schema may take to lower to a grammar before it is refused (``time_limit``).
-DEFAULT_TIME_LIMIT = 5.0
 
 #: What the memo holds for a conjunction found unsatisfiable (its verdict is kept in ``unsat``).
 _UNSAT = object()
@@ -420,7 +418,7 @@ def schema_to_grammar(
         raise ArgumentError("max_whitespace", max_whitespace, "a non-negative int")
     compiler = None
     try:
-        with deadline(None if time_limit is None else compile_clock() + time_limit):
+        with time_limited(time_limit, "the schema"):
             compiler = _Compiler(schema, strict, whitespace, additional_properties_default, max_whitespace)
             grammar = compiler.compile()
     except _TIME_LIMIT as exc:
@@ -442,14 +440,17 @@ def compile_json_schema(schema: Any, vocab, **options):
     """Compile a JSON Schema for ``vocab`` into a :class:`~constrain.runtime.pushdown.GrammarStructure`.
 
     ``options``: those of :func:`schema_to_grammar`, and ``cache_bytes`` for the mask cache. The structure's
-    ``relaxations`` lists what lenient mode relaxed."""
-    started = compile_clock()
+    ``relaxations`` lists what lenient mode relaxed. ``time_limit`` covers the grammar and its automata."""
+    with time_limited(options.get("time_limit", DEFAULT_TIME_LIMIT), "the schema"):
+        return _compile_json_schema(schema, vocab, **options)
+
+
+def _compile_json_schema(schema: Any, vocab, **options):
     grammar_options = {k: options.pop(k) for k in list(options) if k in _GRAMMAR_OPTIONS}
     grammar, notes = schema_to_grammar(schema, **grammar_options)
     time_limit = grammar_options.get("time_limit", DEFAULT_TIME_LIMIT)
-    at = None if time_limit is None else started + time_limit
     try:
-        structure = compile_grammar(grammar, vocab, deadline=at, **options)
+        structure = compile_grammar(grammar, vocab, **options)
     except (GrammarError, CompileTimeout) as exc:  # a time limit; _finalize removes the rest of what it refuses
         raise JsonSchemaError(f"the schema's grammar cannot be built: {exc} (time_limit={time_limit})") from exc
     except AutomatonTooLarge as exc:

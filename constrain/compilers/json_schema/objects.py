@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+from constrain.automata.limits import MAX_DFA_STATES
 from constrain.compilers.json_schema.cdfa import _CDFA
 from constrain.compilers.json_schema.document import _clean_pointer, _escape_token
 from constrain.compilers.json_schema.errors import _TIME_LIMIT, _check_time, _TooLarge, _Unsatisfiable, _verdict
@@ -13,7 +14,7 @@ from constrain.compilers.json_schema.layout import _child_depth, _Layout
 from constrain.compilers.json_schema.rules import _then
 from constrain.compilers.json_schema.strings import _key_except_dfa, _StringRules
 from constrain.compilers.json_schema.values import _is_utf8, _json_string
-from constrain.errors import JsonSchemaError
+from constrain.errors import AutomatonTooLarge, JsonSchemaError
 from constrain.grammar.ir import Alt, Automaton, Expr, Literal, Ref, Repeat, Seq, shared
 
 #: Most ``patternProperties`` patterns that apply to one object (the key space splits into 2**n regions).
@@ -80,6 +81,7 @@ class _ObjectRules:
         items: list[tuple[str, Expr, bool]] = []
         for key in names:
             _check_time(here)
+            self.check_name_length(key, infos, sh)
             value = None
             if not _is_utf8(key):
                 cause = "its name holds a lone surrogate, which no UTF-8 JSON text spells"
@@ -166,6 +168,24 @@ class _ObjectRules:
             else ((sh.object_parts[0].ptr if sh.object_parts else ""), "properties")
         )
         return self.bracketed(nonempty, empty_ok, lay.obj_open, lay.obj_close, lay.obj_empty, at)
+
+    def check_name_length(self, key: str, infos: list[_ObjectInfo], sh: _Shape) -> None:
+        """JsonSchemaError, at the name's pointer, for a property name longer than one automaton can read: a rule
+        reading it needs a state per byte, past :data:`~constrain.automata.limits.MAX_DFA_STATES`. Refused before
+        anything is built from it (a name of a megabyte once took gigabytes to reach that limit)."""
+        if len(key) * 6 <= MAX_DFA_STATES or not _is_utf8(key):  # \u00XX, the longest escape, is 6 bytes
+            return
+        size = len(_json_string(key).encode())
+        if size <= MAX_DFA_STATES:
+            return
+        at = next((info.props[key] for info in infos if key in info.props), None)
+        at, keyword = (at, "properties") if at else (sh.required.get(key) or sh.forbidden[key], "required")
+        raise JsonSchemaError(
+            f"a property name of {size:,} bytes is longer than one automaton may read "
+            f"(MAX_DFA_STATES = {MAX_DFA_STATES:,})",
+            _clean_pointer(at),
+            keyword,
+        )
 
     def name_allowed(self, sh: _Shape, key: str) -> bool:
         if not sh.prop_names:
@@ -255,7 +275,9 @@ class _ObjectRules:
             if not order and allowed_names is None and not names:
                 key: Expr = self.shared("json_string")
             elif not order and allowed_names is None:
-                key = self.key_except(names)
+                key = self.key_except(names, vparts[0] if vparts else sh.object_parts[0].ptr if sh.object_parts else "")
+                if key is None:
+                    continue
             else:
                 d = _CDFA.universal()
                 try:
@@ -282,13 +304,21 @@ class _ObjectRules:
             return None
         return members[0] if len(members) == 1 else Alt(tuple(members))
 
-    def key_except(self, names: list[str]) -> Ref:
-        """A JSON string other than the given names (see :func:`_key_except_dfa`). A rule that calls no other rule,
+    def key_except(self, names: list[str], ptr: str) -> Ref | None:
+        """A JSON string other than the given names (see :func:`_key_except_dfa`); None, refused at ``ptr``, when
+        it needs too large an automaton (tens of thousands of long names). A rule that calls no other rule,
         so its automaton returns only after the closing quote and its string states share their masks with every
         other string (see :class:`~constrain.runtime.lexical.LexicalMasks`)."""
         rule = "json_key_except:" + json.dumps(sorted(names), ensure_ascii=False)
         if rule not in self.rules:
-            self.rules[rule] = Automaton(_key_except_dfa(tuple(sorted(set(names)))))
+            try:
+                self.rules[rule] = Automaton(_key_except_dfa(tuple(sorted(set(names)))))
+            except AutomatonTooLarge:
+                self.refuse(
+                    ptr, "additionalProperties", "the keys other than the declared names need too large an automaton",
+                    "no additional properties produced",
+                )  # fmt: skip
+                return None
         return Ref(rule)
 
     def closed_by_default(self, node: Mapping, live: set[str]) -> bool:
