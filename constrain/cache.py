@@ -3,6 +3,7 @@ are kept in, and a bounded in-memory cache for what is rebuilt within one."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -11,9 +12,9 @@ import tempfile
 import threading
 import zlib
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import numpy as np
 
@@ -267,3 +268,30 @@ class BoundedCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def memoized(max_bytes: int, cost: Callable[..., int]) -> Callable[[_F], _F]:
+    """A per-process memo of a function of hashable positional arguments, as :func:`functools.lru_cache` keeps
+    one, but bounded in bytes rather than entries (an automaton can take a hundred megabytes): ``cost(result,
+    *args)`` estimates what an entry holds, and the least recently used go first. What raises is not kept. The
+    wrapper's ``cache_clear()`` empties the memo."""
+
+    def decorate(function: _F) -> _F:
+        cache = BoundedCache(max_bytes)
+
+        @functools.wraps(function)
+        def memo(*args: Hashable) -> Any:
+            hit = cache.get(args)
+            if hit is not None:
+                return hit[0]
+            result = function(*args)
+            cache.put(args, (result,), cost(result, *args))  # in a tuple: a result of None is kept too
+            return result
+
+        memo.cache_clear = cache.clear  # type: ignore[attr-defined]
+        return memo  # type: ignore[return-value]
+
+    return decorate

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 
 from interegular.patterns import (
     InvalidSyntax,
@@ -44,8 +43,10 @@ from interegular.patterns import (
 )
 
 from constrain.automata.dfa import ByteDFA
+from constrain.automata.limits import AUTOMATON_CACHE_BYTES, check_deadline
 from constrain.automata.nfa import BEGIN, END, ByteNFA
 from constrain.automata.utf8 import MAX_CODE_POINT, code_point_ranges, complement_ranges
+from constrain.cache import memoized
 from constrain.errors import ArgumentError, RegexError
 
 # Anchors travel through interegular's parse tree as lone surrogates, which no text can contain.
@@ -54,6 +55,7 @@ _END_CHAR = "\ud801"
 _MARKERS = {_BEGIN_CHAR: BEGIN, _END_CHAR: END}
 
 _LITERAL_RUN = re.compile(r"[^\\\[\](){}.*+?^$|#]+")
+_INLINE_FLAGS = re.compile(r"[a-zA-Z]*(?:-[a-zA-Z]*)?[:)]")
 
 #: The largest counted repetition accepted (``a{0,N}``); more is refused as hostile.
 MAX_REPEAT = 10_000
@@ -81,6 +83,7 @@ class _Parser(_ParsePattern):
         # call per character (a quantified last character stays for the general path).
         parts = []
         while True:
+            check_deadline()
             run = _LITERAL_RUN.match(self.data, self.index)
             if run:
                 text = run.group(0)
@@ -165,7 +168,7 @@ class _Parser(_ParsePattern):
             raise self.fail("backreferences are not supported", at)
         if ahead[:1] == ">":
             raise self.fail("atomic groups are not supported", at)
-        flags = re.match(r"[a-zA-Z]*(?:-[a-zA-Z]*)?[:)]", self.data[self.index :])
+        flags = _INLINE_FLAGS.match(self.data, self.index)  # not a slice of the rest: a copy per group
         if flags:
             for letter in flags.group(0):
                 if letter in "mxuL":
@@ -176,9 +179,10 @@ class _Parser(_ParsePattern):
             raise self.fail(str(exc) or "unsupported group", at) from None
 
 
-@lru_cache(maxsize=256)
+@memoized(AUTOMATON_CACHE_BYTES, lambda dfa, pattern: dfa.nbytes + len(pattern))
 def regex_to_dfa(pattern: str) -> ByteDFA:
-    """Compile ``pattern`` to a minimal byte DFA whose language is the UTF-8 encodings of its full matches."""
+    """Compile ``pattern`` to a minimal byte DFA whose language is the UTF-8 encodings of its full matches. Kept
+    per process, bounded in bytes: one automaton may take a hundred megabytes."""
     nfa = ByteNFA()
     start, accept = nfa.new_state(), nfa.new_state()
     add_regex(nfa, pattern, start, accept)

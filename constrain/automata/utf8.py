@@ -6,7 +6,9 @@ Tokens are byte strings that may end inside a character, so character sets becom
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from functools import lru_cache
+
+from constrain.automata.limits import PIECE_CACHE_BYTES
+from constrain.cache import memoized
 
 MAX_CODE_POINT = 0x10FFFF
 SURROGATES = (0xD800, 0xDFFF)
@@ -66,7 +68,7 @@ def utf8_sequences(lo: int, hi: int) -> list[list[tuple[int, int]]]:
     return sequences
 
 
-@lru_cache(maxsize=4096)
+@memoized(PIECE_CACHE_BYTES, lambda paths, ranges: 100 * (len(ranges) + len(paths[1])))  # ~100 B a tuple
 def _utf8_paths(ranges: tuple[tuple[int, int], ...]) -> tuple[int, list[tuple[int, int, int, int]]]:
     """The byte paths that read one code point of ``ranges``, as ``(number of inner states, edges)``; an edge is
     ``(from, first byte, last byte, to)`` with -1 for the outer source and target, inner states numbered from 0.

@@ -14,15 +14,15 @@ import typing
 from collections.abc import Hashable
 from typing import Any, Literal
 
-from constrain.automata.limits import compile_clock, deadline
+from constrain.automata.limits import COMPILE_CACHE_BYTES, DEFAULT_TIME_LIMIT, time_limited
 from constrain.cache import BoundedCache
 from constrain.compilers.choices import compile_choices
 from constrain.compilers.gbnf import compile_gbnf
-from constrain.compilers.json_schema import DEFAULT_TIME_LIMIT, compile_json_schema
+from constrain.compilers.json_schema import compile_json_schema
 from constrain.compilers.lark import compile_lark
 from constrain.compilers.pydantic import compile_pydantic
 from constrain.compilers.regex import compile_regex
-from constrain.errors import CompileTimeout, StructureError
+from constrain.errors import StructureError
 from constrain.grammar.ir import Grammar
 from constrain.runtime.masks import DEFAULT_CACHE_BYTES
 from constrain.runtime.matcher import CompiledStructure
@@ -32,11 +32,13 @@ from constrain.vocab.vocabulary import Vocabulary
 Kind = Literal["auto", "regex", "json_schema", "pydantic", "lark", "gbnf", "choices", "grammar"]
 Whitespace = Literal["compact", "flexible", "indent"]
 
-#: How many compiled structures :func:`compile` keeps (least recently used first out). Each keeps its own mask
-#: cache, bounded by its ``cache_bytes``.
+#: Most compiled structures :func:`compile` keeps. The cache is bounded in the bytes of their automata
+#: (:data:`~constrain.automata.limits.COMPILE_CACHE_BYTES`, least recently used first out), a structure counting
+#: at least 1/64 of it: each keeps its own mask cache too, which grows as it is used, bounded by its
+#: ``cache_bytes``.
 COMPILE_CACHE_ENTRIES = 64
 
-_COMPILED = BoundedCache(COMPILE_CACHE_ENTRIES)  # each entry costs 1: bounded in entries
+_COMPILED = BoundedCache(COMPILE_CACHE_BYTES)
 _JSON_KINDS = ("json_schema", "pydantic")
 
 
@@ -86,7 +88,7 @@ def compile(  # noqa: A001 - the package's entry point, read as constrain.compil
             return hit
     structure = _compile(spec, vocab, kind, options, time_limit, cache_bytes)
     if key is not None:
-        _COMPILED.put(key, structure, 1)
+        _COMPILED.put(key, structure, max(structure.nbytes, COMPILE_CACHE_BYTES // COMPILE_CACHE_ENTRIES))
     return structure
 
 
@@ -163,22 +165,19 @@ def _compile(
         return compiler(spec, vocab, time_limit=time_limit, cache_bytes=cache_bytes, **options)
     if kind in ("regex", "lark", "gbnf") and not isinstance(spec, str):
         raise StructureError(f"a {kind} spec must be a string, got {type(spec).__name__}")
-    at = None if time_limit is None else compile_clock() + time_limit
-    try:
-        with deadline(at):
-            if kind == "regex":
-                return compile_regex(spec, vocab, cache_bytes=cache_bytes)
-            if kind == "choices":
-                return compile_choices(spec, vocab, cache_bytes=cache_bytes)
-            if kind == "lark":
-                return compile_lark(spec, vocab, cache_bytes=cache_bytes, **options)
-            if kind == "gbnf":
-                return compile_gbnf(spec, vocab, cache_bytes=cache_bytes, **options)
-            if not isinstance(spec, Grammar):
-                raise StructureError(f"a grammar spec must be a constrain.grammar.Grammar, got {type(spec).__name__}")
-            return compile_grammar(spec, vocab, deadline=at, cache_bytes=cache_bytes)
-    except CompileTimeout as exc:
-        raise CompileTimeout(f"the {kind} structure did not compile within time_limit={time_limit} s") from exc
+    common = {"time_limit": time_limit, "cache_bytes": cache_bytes}
+    if kind == "regex":
+        return compile_regex(spec, vocab, **common)
+    if kind == "choices":
+        return compile_choices(spec, vocab, **common)
+    if kind == "lark":
+        return compile_lark(spec, vocab, **common, **options)
+    if kind == "gbnf":
+        return compile_gbnf(spec, vocab, **common, **options)
+    if not isinstance(spec, Grammar):
+        raise StructureError(f"a grammar spec must be a constrain.grammar.Grammar, got {type(spec).__name__}")
+    with time_limited(time_limit, "the grammar"):
+        return compile_grammar(spec, vocab, cache_bytes=cache_bytes)
 
 
 def _json_text(text: str) -> Any:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from contextlib import nullcontext
-from functools import lru_cache
 
 from constrain.automata.dfa import ByteDFA
+from constrain.automata.limits import AUTOMATON_CACHE_BYTES, MAX_GRAMMAR_RULES, MAX_NFA_STATES, RULE_CACHE_BYTES
 from constrain.automata.limits import deadline as deadline_of
 from constrain.automata.nfa import ByteNFA
 from constrain.automata.regex import add_regex
-from constrain.cache import BoundedCache
+from constrain.cache import BoundedCache, memoized
 from constrain.errors import AutomatonTooLarge, CompileTimeout, GrammarError
 from constrain.grammar.checks import _check_left_recursion, _check_productive
 from constrain.grammar.ir import (
@@ -46,6 +46,10 @@ def build_pushdown(grammar: Grammar, *, deadline: float | None = None) -> Pushdo
     being built then."""
     if grammar.start not in grammar.rules:
         raise GrammarError(f"the start rule {grammar.start!r} is not defined")
+    if len(grammar.rules) > MAX_GRAMMAR_RULES:
+        raise GrammarError(
+            f"the grammar has {len(grammar.rules):,} rules, more than MAX_GRAMMAR_RULES = {MAX_GRAMMAR_RULES:,}"
+        )
     grammar = _hoist_terminals(grammar)
     alias = _aliases(grammar.rules)
     start = alias.get(grammar.start, grammar.start)
@@ -145,7 +149,7 @@ _NOTHING_HOISTED = (None, ())
 
 
 #: Rule DFAs by body, shared by every grammar built in this process.
-_RULE_DFAS = BoundedCache(128 * 1024 * 1024)
+_RULE_DFAS = BoundedCache(RULE_CACHE_BYTES)
 
 
 def _rule_dfa(body: Expr) -> tuple[ByteDFA, tuple[str, ...]]:
@@ -248,6 +252,9 @@ def _build(
     elif kind is Repeat:
         if expr.min < 0 or (expr.max is not None and expr.max < expr.min):
             raise GrammarError(f"repeats between {expr.min} and {expr.max} times")
+        copies = expr.min if expr.max is None else expr.max
+        if copies - 1 > MAX_NFA_STATES - nfa.size:  # each copy but the last makes a state: known before any is made
+            raise AutomatonTooLarge(f"repeats {copies:,} times, more states than MAX_NFA_STATES = {MAX_NFA_STATES:,}")
         state = src
         for _ in range(expr.min):
             nxt = nfa.new_state()
@@ -291,10 +298,10 @@ def _add_leaf(nfa: ByteNFA, leaf: Literal | Ref, src: int, dst: int, index: Mapp
         nfa.add_epsilon(src, dst)
 
 
-@lru_cache(maxsize=4096)
+@memoized(AUTOMATON_CACHE_BYTES, lambda dfa, pattern: dfa.nbytes + len(pattern))
 def terminal_dfa(pattern: str) -> ByteDFA:
-    """A regex terminal's minimal DFA: parsed and determinised once per process, then spliced (copied) wherever
-    the pattern appears."""
+    """A regex terminal's minimal DFA: parsed and determinised once per process (the memo bounded in bytes), then
+    spliced (copied) wherever the pattern appears."""
     nfa = ByteNFA()
     start, accept = nfa.new_state(), nfa.new_state()
     add_regex(nfa, pattern, start, accept, anchors=False)

@@ -53,6 +53,12 @@ class CompiledStructure:
         raise NotImplementedError
 
     @property
+    def nbytes(self) -> int:
+        """The bytes of its automata: what keeping it costs however little it is used (what the compile cache
+        counts). Its mask cache, bounded by ``cache_bytes``, grows on top as masks are asked for."""
+        raise NotImplementedError
+
+    @property
     def bitmask_width(self) -> int:
         """Words per bitmask row needed for this vocabulary: ``ceil(vocab.size / 32)``."""
         return self.masks.width
@@ -78,6 +84,10 @@ class DFAStructure(CompiledStructure):
 
     def can_end(self, state: int) -> bool:
         return bool(self.dfa.accepting[state])
+
+    @property
+    def nbytes(self) -> int:
+        return self.dfa.nbytes
 
     def __repr__(self) -> str:
         return f"DFAStructure({self.source!r}, states={self.dfa.num_states}, vocab={self.vocab.size:,})"

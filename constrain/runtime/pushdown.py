@@ -78,6 +78,12 @@ class Machine:
             tuple(not dfa.callees for dfa in rules),
         )  # fmt: skip
 
+    @property
+    def nbytes(self) -> int:
+        """The bytes of its arrays."""
+        arrays = (self.trans, self.accepting, self.call_ptr, self.call_start, self.call_return, self.rule_start)
+        return sum(a.nbytes for a in arrays)
+
     @cached_property
     def plain(self) -> np.ndarray:
         """Per state: True when its closure is itself (it can neither call nor return)."""
@@ -409,6 +415,10 @@ class GrammarStructure(CompiledStructure):
 
     def can_end(self, state: Configs) -> bool:
         return self.machine.can_end(state)
+
+    @property
+    def nbytes(self) -> int:
+        return self.machine.nbytes + sum(dfa.nbytes for dfa in self.pushdown.rules)
 
     def __repr__(self) -> str:
         rules, states = len(self.pushdown.rules), self.pushdown.num_states

@@ -39,7 +39,7 @@ def _child_depth(depth: int | None) -> int | None:
 # from them are found at once.
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=256)  # small entries (a literal, a short regex) but one: the block of LENGTH_BLOCK characters
 def _shared_body(name: str, max_ws: int) -> Expr:
     """The body of a shared lexical rule."""
     if name.startswith("json_chars_"):
@@ -53,7 +53,7 @@ def _shared_body(name: str, max_ws: int) -> Expr:
     return Regex(patterns[name])
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=256)  # entries are small: eight punctuation expressions
 def _layout(whitespace: str, max_ws: int, depth: int | None) -> _Layout:
     """The punctuation of objects and arrays at ``depth`` (indented output) or anywhere."""
     if whitespace == "indent" and depth is not None:
@@ -76,7 +76,7 @@ def _layout(whitespace: str, max_ws: int, depth: int | None) -> _Layout:
     )
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=256)  # entries are small: a few rules of a few literals and calls, and their few-state DFAs
 def _any_value_rules(whitespace: str, max_ws: int, depth: int | None) -> Mapping[str, Expr]:
     """The rules of any JSON value at ``depth``: ``json_value`` (suffixed ``@depth`` for indented output), its
     objects and arrays, those of the values nested in them, and the lexical rules they call."""

@@ -8,8 +8,9 @@ import re
 from collections import defaultdict
 from collections.abc import Callable
 from decimal import Decimal, localcontext
-from functools import lru_cache
 
+from constrain.automata.limits import PIECE_CACHE_BYTES
+from constrain.cache import memoized
 from constrain.compilers.json_schema.cdfa import _CDFA, MAX_AUTOMATON_STATES, _merge_edges
 from constrain.compilers.json_schema.errors import _TooLarge
 from constrain.compilers.json_schema.keywords import _Shape
@@ -106,7 +107,7 @@ def _int_range(lo: int | None, hi: int | None) -> str | None:
     return options[0] if len(options) == 1 else "(?:" + "|".join(options) + ")"
 
 
-@lru_cache(maxsize=4096)
+@memoized(PIECE_CACHE_BYTES, lambda out, *bounds: 100 + len(repr(out)))  # its patterns grow with the bounds
 def _fraction_digits(lo: str | None, lo_strict: bool, hi: str | None, hi_strict: bool) -> tuple[bool, tuple[str, ...]]:
     """Digit strings D (after the point) with lo <(=) 0.D <(=) hi, as (D may be empty, the alternatives for
     nonempty D: none of them holds a ``|``, so a bound of hundreds of digits gives one flat alternation).

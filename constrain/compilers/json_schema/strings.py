@@ -11,8 +11,8 @@ from typing import NamedTuple
 import numpy as np
 
 from constrain.automata.dfa import DEAD, ByteDFA
-from constrain.automata.limits import check_deadline
-from constrain.cache import BoundedCache
+from constrain.automata.limits import AUTOMATON_CACHE_BYTES, MAX_DFA_STATES, check_deadline
+from constrain.cache import BoundedCache, memoized
 from constrain.compilers.json_schema.cdfa import _CDFA
 from constrain.compilers.json_schema.errors import _TooLarge
 from constrain.compilers.json_schema.formats import _FORMATS, _FORMATS_ENCODED
@@ -39,7 +39,12 @@ def _format_cdfa(name: str) -> _CDFA:
     return _CDFA.from_regex(_FORMATS[name]).minimized()
 
 
-@lru_cache(maxsize=256)
+def _cdfa_bytes(d: _CDFA | None) -> int:
+    """About what a code-point automaton holds (lists of tuples, ~100 bytes an edge or state), for the memos."""
+    return 64 if d is None else 100 * (d.n + sum(map(len, d.edges)))
+
+
+@memoized(AUTOMATON_CACHE_BYTES, lambda dfa, names: dfa.nbytes + sum(map(len, names)))
 def _key_except_dfa(names: tuple[str, ...]) -> ByteDFA:
     """JSON strings (quotes included) other than ``names``: the automaton of any JSON string less the names'
     canonical encodings, built minimal in one kernel (:meth:`~constrain.automata.dfa.ByteDFA.without_words`).
@@ -80,7 +85,7 @@ def _escape_tracker() -> tuple[np.ndarray, np.ndarray]:
 _TRACKER = _escape_tracker()
 
 
-@lru_cache(maxsize=256)
+@memoized(AUTOMATON_CACHE_BYTES, lambda automaton, *bounds: automaton.dfa.nbytes)
 def _counted_chars(lo: int, hi: int | None, open_quote: bool, close_quote: bool) -> Automaton:
     """Canonical JSON string bodies of ``lo`` to ``hi`` characters (``hi=None``: at least ``lo``), after an
     opening quote and before a closing one when asked, as a minimal byte DFA.
@@ -201,14 +206,14 @@ class _StringOutcome(Enum):
     NEEDS_BLOCKS = "with the length bound, one automaton would be too large"
 
 
-@lru_cache(maxsize=1024)
+@memoized(AUTOMATON_CACHE_BYTES, lambda d, pattern: _cdfa_bytes(d) + len(pattern))
 def _searched(pattern: str) -> _CDFA:
     """Strings in which ``pattern`` matches somewhere, minimal; raises RegexError or _TooLarge. Shared per
     process: a few patterns (identifiers, hex ids, versions) recur across most schemas."""
     return _CDFA.from_regex(f"(?s:.)*(?:{pattern})(?s:.)*").minimized()
 
 
-@lru_cache(maxsize=1024)
+@memoized(AUTOMATON_CACHE_BYTES, lambda d, key: _cdfa_bytes(d) + sum(len(text) for texts in key for text in texts))
 def _string_language(key: _StringKey) -> _CDFA | None:
     """The decoded strings ``key`` allows, minimal (None: too large). The patterns must be supported (their
     :func:`_searched` succeeds)."""
@@ -229,13 +234,13 @@ def _string_language(key: _StringKey) -> _CDFA | None:
     return d
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=64)  # by a name of _FORMATS: as many entries at most, whatever the schemas
 def _format_language(name: str) -> _CDFA:
     return _CDFA.from_regex(_FORMATS[name])
 
 
 #: String automata by (constraints, lengths), shared by every schema compiled in this process.
-_STRING_AUTOMATA = BoundedCache(64 * 1024 * 1024)
+_STRING_AUTOMATA = BoundedCache(AUTOMATON_CACHE_BYTES)
 
 
 def _string_automaton(key: _StringKey, lo: int, hi: int | None) -> Automaton | _StringOutcome:
@@ -286,6 +291,25 @@ def _automaton_of(d: _CDFA, quoted: bool = False, budget: int = MAX_BYTE_STATES)
     return Automaton(dfa)
 
 
+def _length_groups(lo: int, hi: int, b: int) -> list[tuple[int, int, int, int]]:
+    """How ``lo`` to ``hi`` characters split into whole blocks of ``b`` and a shorter rest: runs ``(k_first,
+    k_last, r_lo, r_hi)``, each ``k`` blocks of that run followed by ``r_lo`` to ``r_hi`` more characters. The rest's
+    range changes only at ``lo // b``, the count after it and ``hi // b``, so it is read there alone, not at every
+    count (there are ``hi // b`` of them)."""
+    last = hi // b
+    cuts = sorted({k for k in (0, lo // b, lo // b + 1, last) if k <= last}) + [last + 1]
+    groups: list[tuple[int, int, int, int]] = []
+    for k, after in zip(cuts, cuts[1:]):
+        r_lo, r_hi = max(0, lo - k * b), min(b - 1, hi - k * b)  # the same for every count up to `after`
+        if r_lo > r_hi:
+            continue
+        if groups and groups[-1][1] == k - 1 and groups[-1][2:] == (r_lo, r_hi):
+            groups[-1] = (groups[-1][0], after - 1, r_lo, r_hi)
+        else:
+            groups.append((k, after - 1, r_lo, r_hi))
+    return groups
+
+
 class _StringRules:
     """The rules of the strings a shape allows: lengths, patterns, formats and excluded values (negated patterns
     and formats too), as automata shared per process or as blocks of fixed-length rules.
@@ -298,9 +322,10 @@ class _StringRules:
             raise self.unsatisfiable(f"minLength {sh.min_len} is above maxLength {sh.max_len}", *sh.min_len_at)
         decoded = sh.patterns or sh.formats or sh.str_excluded or sh.neg_patterns or sh.neg_formats
         if not decoded:
-            if sh.min_len == 0 and sh.max_len is None:
+            lo, hi = self.countable_lengths(sh)
+            if lo == 0 and hi is None:
                 return self.shared("json_string")
-            return self.length_expr(sh.min_len, sh.max_len)
+            return self.length_expr(lo, hi)
         if (
             len(sh.formats) == 1 and not sh.patterns and not sh.str_excluded and not sh.neg_patterns
             and not sh.neg_formats and sh.min_len == 0 and sh.max_len is None
@@ -455,6 +480,26 @@ class _StringRules:
             self.refuse(ptr, keyword, "the string constraints need too large an automaton", "any string allowed")
             return None
 
+    def countable_lengths(self, sh: _Shape) -> tuple[int, int | None]:
+        """``sh``'s length bounds, each refused (lenient: ignored) when it counts more blocks of
+        :data:`LENGTH_BLOCK` characters than one automaton may have states (``maxLength: 2147483647``): its
+        automaton would need a state per block, so it is refused here, before any is built."""
+        lo, hi = sh.min_len, sh.max_len
+        if hi is not None and hi // LENGTH_BLOCK >= MAX_DFA_STATES:
+            self.refuse(*sh.max_len_at, self.uncountable(hi), "ignored")
+            hi = None
+        if lo // LENGTH_BLOCK >= MAX_DFA_STATES:
+            self.refuse(*sh.min_len_at, self.uncountable(lo), "ignored")
+            lo = 0
+        return lo, hi
+
+    @staticmethod
+    def uncountable(bound: int) -> str:
+        return (
+            f"a length bound of {bound:,} characters needs an automaton of more than MAX_DFA_STATES = "
+            f"{MAX_DFA_STATES:,} states (one per {LENGTH_BLOCK} characters)"
+        )
+
     def length_expr(self, lo: int, hi: int | None) -> Expr:
         quote_ = Literal('"')
         top = hi if hi is not None else lo
@@ -470,16 +515,9 @@ class _StringRules:
         if hi is None:
             q, r = divmod(lo, b)
             return Seq((quote_, Repeat(block, q, q), self.string_tail(r, None)))
-        groups: list[list[int]] = []  # [k_first, k_last, r_lo, r_hi]
-        for k in range(hi // b + 1):
-            r_lo, r_hi = max(0, lo - k * b), min(b - 1, hi - k * b)
-            if r_lo > r_hi:
-                continue
-            if groups and groups[-1][1] == k - 1 and groups[-1][2:] == [r_lo, r_hi]:
-                groups[-1][1] = k
-            else:
-                groups.append([k, k, r_lo, r_hi])
-        options = tuple(Seq((Repeat(block, k1, k2), self.string_tail(r1, r2))) for k1, k2, r1, r2 in groups)
+        options = tuple(
+            Seq((Repeat(block, k1, k2), self.string_tail(r1, r2))) for k1, k2, r1, r2 in _length_groups(lo, hi, b)
+        )
         return Seq((quote_, options[0] if len(options) == 1 else Alt(options)))
 
     def string_tail(self, lo: int, hi: int | None) -> Ref:
