@@ -1,0 +1,281 @@
+"""The hostile-input suite: inputs built to make a compiler run long, take memory or fail untyped, each run in a
+fresh process that reports the outcome, the wall time and the peak memory.
+
+Each case compiles (or is refused) under a CPU time limit of ``time_limit`` seconds. A case passes when it
+compiles or raises an error of :mod:`constrain.errors` within twice that limit of wall time, and its process's
+peak resident memory stays under :data:`MEMORY_BOUND_MB`. ``tests/test_hostile_suite.py`` asserts exactly that;
+``benchmarks/hostile.py`` prints the table kept in ``BENCHMARKS.md``. Run one case by hand with::
+
+    python -m constrain.testing.hostile regex-nested-counts --time-limit 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+#: Peak resident memory (MB) a case's process may reach: the library and its kernels loaded (about 250 MB), the
+#: caches at their byte budgets, and one automaton at the state caps of :mod:`constrain.automata.limits`.
+MEMORY_BOUND_MB = 1536
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """What one case did: ``outcome`` is ``"compiled"``, ``"refused"`` or ``"failed"`` (an error outside
+    :mod:`constrain.errors`, a crash, or no answer in time); ``error`` names the error; ``seconds`` is the wall
+    time of the compile calls alone, ``cpu_seconds`` their thread's CPU time; the memory figures are the
+    process's peak resident set, before the case (library loaded, kernels warm) and after."""
+
+    name: str
+    outcome: str
+    error: str
+    seconds: float
+    cpu_seconds: float
+    baseline_mb: float
+    peak_mb: float
+
+    def passed(self, time_limit: float) -> bool:
+        """Compiled or refused with a typed error, within twice ``time_limit`` and :data:`MEMORY_BOUND_MB`."""
+        return (
+            self.outcome in ("compiled", "refused")
+            and self.seconds <= 2 * time_limit
+            and self.peak_mb <= MEMORY_BOUND_MB
+        )
+
+
+_CASES: dict[str, tuple[str, Callable[[Any, float], None]]] = {}
+
+
+def _case(name: str, description: str):
+    def register(run: Callable[[Any, float], None]) -> Callable[[Any, float], None]:
+        _CASES[name] = (description, run)
+        return run
+
+    return register
+
+
+def cases() -> dict[str, str]:
+    """The cases by name, with what each one tries."""
+    return {name: description for name, (description, _) in _CASES.items()}
+
+
+def _json(schema: Any, vocab, limit: float, **options) -> None:
+    import constrain
+
+    constrain.compile(schema, vocab, kind="json_schema", time_limit=limit, cache=False, **options)
+
+
+# -- time ---------------------------------------------------------------------------------------------------------
+
+
+@_case("string-max-length-1e18", 'JSON Schema {"type": "string", "maxLength": 10**18}')
+def _(vocab, limit):
+    _json({"type": "string", "maxLength": 10**18}, vocab, limit)
+
+
+@_case("string-max-length-2e9", 'JSON Schema {"type": "string", "maxLength": 2147483647}')
+def _(vocab, limit):
+    _json({"type": "string", "maxLength": 2147483647}, vocab, limit)
+
+
+@_case("required-40k", "JSON Schema object with 40,000 required properties")
+def _(vocab, limit):
+    names = [f"p{i}" for i in range(40_000)]
+    _json({"type": "object", "properties": {n: {"type": "integer"} for n in names}, "required": names}, vocab, limit)
+
+
+@_case("required-100k", "JSON Schema object with 100,000 required properties")
+def _(vocab, limit):
+    names = [f"p{i}" for i in range(100_000)]
+    _json({"type": "object", "properties": {n: {"type": "integer"} for n in names}, "required": names}, vocab, limit)
+
+
+@_case("regex-nested-counts", "compile_regex('((a{1,50}){1,50}){1,50}')")
+def _(vocab, limit):
+    from constrain.compilers.regex import compile_regex
+
+    compile_regex("((a{1,50}){1,50}){1,50}", vocab, time_limit=limit)
+
+
+@_case("lark-nested-counts", "compile_lark with the terminal /((a{1,50}){1,50}){1,50}/")
+def _(vocab, limit):
+    from constrain.compilers.lark import compile_lark
+
+    compile_lark("start: /((a{1,50}){1,50}){1,50}/\n", vocab, time_limit=limit)
+
+
+@_case("gbnf-nested-counts", 'compile_gbnf with root ::= (("a"{1,50}){1,50}){1,50}')
+def _(vocab, limit):
+    from constrain.compilers.gbnf import compile_gbnf
+
+    compile_gbnf('root ::= (("a"{1,50}){1,50}){1,50}\n', vocab, time_limit=limit)
+
+
+@_case("regex-exponential", "a regex whose DFA doubles per character: (a|b)*a(a|b){25}")
+def _(vocab, limit):
+    from constrain.compilers.regex import compile_regex
+
+    compile_regex("(a|b)*a(a|b){25}", vocab, time_limit=limit)
+
+
+@_case("pattern-exponential", "JSON Schema pattern (a|b)*a(a|b){25} on a property")
+def _(vocab, limit):
+    _json({"type": "object", "properties": {"x": {"type": "string", "pattern": "(a|b)*a(a|b){25}"}}}, vocab, limit)
+
+
+@_case("min-items-100k", "JSON Schema array with minItems 100,000, indented")
+def _(vocab, limit):
+    _json({"type": "array", "items": {"type": "integer"}, "minItems": 100_000}, vocab, limit, whitespace="indent")
+
+
+@_case("bounds-1e308", "JSON Schema number with minimum 1e308 and exclusiveMaximum 1.5e308")
+def _(vocab, limit):
+    _json({"type": "number", "minimum": 1e308, "exclusiveMaximum": 1.5e308}, vocab, limit)
+
+
+@_case("enum-100k", "JSON Schema enum of 100,000 strings")
+def _(vocab, limit):
+    _json({"enum": [f"value-{i}" for i in range(100_000)]}, vocab, limit)
+
+
+@_case("any-of-10k", "JSON Schema anyOf of 10,000 objects with distinct consts")
+def _(vocab, limit):
+    branches = [{"type": "object", "properties": {"k": {"const": i}}, "required": ["k"]} for i in range(10_000)]
+    _json({"anyOf": branches}, vocab, limit)
+
+
+@_case("nested-properties-5000", "JSON Schema objects nested 5,000 deep")
+def _(vocab, limit):
+    schema: dict[str, Any] = {"type": "integer"}
+    for _ in range(5000):
+        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+    _json(schema, vocab, limit)
+
+
+@_case("regex-nesting-5000", "a regex of 5,000 nested groups")
+def _(vocab, limit):
+    import constrain
+
+    constrain.compile("(" * 5000 + "a" + ")" * 5000, vocab, time_limit=limit, cache=False)
+
+
+@_case("ref-to-itself", 'JSON Schema {"$ref": "#"}')
+def _(vocab, limit):
+    _json({"$ref": "#"}, vocab, limit)
+
+
+# -- memory -------------------------------------------------------------------------------------------------------
+
+
+@_case("regexes-14-dropped", "14 distinct regexes with large DFAs, each dropped after compiling")
+def _(vocab, limit):
+    from constrain.compilers.regex import compile_regex
+
+    for k in range(3, 17):
+        compile_regex(f"(a|b)*a(a|b){{{k}}}c", vocab, time_limit=limit)
+
+
+@_case("lark-grammars-10", "10 distinct Lark grammars, each dropped after compiling")
+def _(vocab, limit):
+    from constrain.compilers.lark import compile_lark
+
+    for k in range(10):
+        grammar = f'start: item ("," item)*\nitem: /[a-z]{{1,{k + 8}}}/ | NUMBER{k}\nNUMBER{k}: /[0-9]+x{k}/\n'
+        compile_lark(grammar, vocab, time_limit=limit)
+
+
+@_case("property-name-1mb", "JSON Schema with a required property whose name is 1 MB long")
+def _(vocab, limit):
+    name = "a" * 1_000_000
+    _json({"type": "object", "properties": {name: {"type": "integer"}}, "required": [name]}, vocab, limit)
+
+
+@_case("enum-string-1mb", "JSON Schema enum of one 1 MB string")
+def _(vocab, limit):
+    _json({"enum": ["b" * 1_000_000]}, vocab, limit)
+
+
+# -- running ------------------------------------------------------------------------------------------------------
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
+
+
+def _run_here(name: str, time_limit: float) -> dict[str, Any]:
+    """Run case ``name`` in this process (a fresh one: the peak memory is the process's)."""
+    import constrain
+    import constrain.errors
+    from constrain.testing import byte_vocabulary
+
+    vocab = byte_vocabulary()
+    # Warm: each compiler's kernels loaded, as in a server that has answered a request of each kind.
+    constrain.compile({"type": "object", "properties": {"a": {"type": "string"}}}, vocab, cache=False)
+    constrain.compile("(a|b)*a(a|b){3}[0-9]{2,5}", vocab, cache=False)
+    constrain.compile('root ::= ("a"{1,3})+ [0-9]', vocab, kind="gbnf", cache=False)
+    constrain.compile("start: /[a-z]{1,5}/ NUMBER\n%import common.NUMBER\n", vocab, kind="lark", cache=False)
+    baseline = _peak_mb()
+    run = _CASES[name][1]
+    started, cpu_started = time.perf_counter(), time.thread_time()
+    try:
+        run(vocab, time_limit)
+    except constrain.errors.ConstrainError as exc:
+        outcome, error = "refused", f"{type(exc).__name__}: {exc}"
+    except BaseException as exc:  # the suite's finding: anything else is a failure
+        outcome, error = "failed", f"{type(exc).__module__}.{type(exc).__name__}: {exc}"
+    else:
+        outcome, error = "compiled", ""
+    seconds, cpu_seconds = time.perf_counter() - started, time.thread_time() - cpu_started
+    return {
+        "outcome": outcome,
+        "error": error[:300],
+        "seconds": seconds,
+        "cpu_seconds": cpu_seconds,
+        "baseline_mb": baseline,
+        "peak_mb": _peak_mb(),
+    }
+
+
+def run_case(name: str, time_limit: float = 1.0, *, timeout: float = 120.0) -> CaseResult:
+    """Run case ``name`` in a fresh Python process; a crash or no answer within ``timeout`` seconds is a
+    ``"failed"`` outcome."""
+    if name not in _CASES:
+        raise KeyError(f"no hostile case {name!r}; the cases: {', '.join(_CASES)}")
+    command = [sys.executable, "-m", "constrain.testing.hostile", name, "--time-limit", str(time_limit), "--json"]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return CaseResult(name, "failed", f"no answer within {timeout:g} s", timeout, timeout, 0.0, 0.0)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        return CaseResult(name, "failed", f"exit status {done.returncode}: {done.stderr[-300:]}", 0.0, 0.0, 0.0, 0.0)
+    return CaseResult(name, **json.loads(lines[-1]))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("case", choices=list(_CASES))
+    parser.add_argument("--time-limit", type=float, default=1.0, help="CPU seconds per compile (default 1)")
+    parser.add_argument("--json", action="store_true", help="print one JSON line (what run_case reads)")
+    args = parser.parse_args(argv)
+    result = _run_here(args.case, args.time_limit)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(
+            f"{args.case}: {result['outcome']} in {result['seconds']:.2f} s ({result['cpu_seconds']:.2f} s CPU), "
+            f"peak {result['peak_mb']:.0f} MB"
+        )
+        if result["error"]:
+            print(f"  {result['error']}")
+
+
+if __name__ == "__main__":
+    main()
