@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from constrain.automata.limits import DEFAULT_TIME_LIMIT, time_limited
+from constrain.automata.limits import DEFAULT_TIME_LIMIT, check_deadline, time_limited
 from constrain.compilers.regex import compile_regex
 from constrain.errors import StructureError
 from constrain.runtime.masks import DEFAULT_CACHE_BYTES
@@ -21,6 +21,7 @@ def choice_regex(choices: Sequence[str]) -> str:
         raise StructureError(f"choices must be a non-empty list of strings, got {choices!r}")
     parts = []
     for index, choice in enumerate(choices):
+        check_deadline()
         if not isinstance(choice, str):
             raise StructureError(f"choice {index} must be a string, got {type(choice).__name__} {choice!r}")
         parts.append("".join(_escaped(ch) for ch in choice))
