@@ -78,3 +78,81 @@ def test_a_number_json_cannot_write_is_refused_at_its_pointer(schema, pointer):
     with pytest.raises(constrain.JsonSchemaError, match="not a JSON number") as info:
         schema_to_grammar(schema)
     assert info.value.pointer == pointer
+
+
+@pytest.mark.parametrize(
+    "schema, pointer, message",
+    [
+        ({"const": object()}, "/const", "object is not a JSON value"),
+        ({"enum": [1, (2, 3)]}, "/enum/1", "tuple is not a JSON value"),
+        ({"properties": {"a": {"const": {1: 2}}}}, "/properties/a/const", "key 1 is not a string"),
+        ({"type": "object", "properties": {5: {}}}, "/properties", "key 5 is not a string"),
+        ({"type": "integer", "minimum": 10**5000}, "/minimum", "longer than Python writes"),
+        ({"$schema": 5}, "/$schema", "must be a string"),
+    ],
+)
+def test_a_value_no_json_text_spells_is_refused_at_its_pointer(schema, pointer, message):
+    with pytest.raises(constrain.JsonSchemaError, match=message) as info:
+        schema_to_grammar(schema)
+    assert info.value.pointer == pointer
+
+
+def test_a_property_name_with_a_lone_surrogate_is_never_written(vocab):
+    """Canonical JSON text cannot spell a lone surrogate: an optional property so named is left out, a required
+    one refused at ``required``; the property beside it is unaffected."""
+    optional = constrain.compile({"properties": {"\ud800": {}, "b": {"type": "integer"}}}, vocab, cache=False)
+    assert constrain.testing.accepts_text(optional, b'{"b":1}')
+    assert not constrain.testing.accepts_text(optional, '{"\ud800":1}'.encode("utf-8", "surrogatepass"))
+    with pytest.raises(constrain.JsonSchemaError, match="lone surrogate") as info:
+        schema_to_grammar({"type": "object", "properties": {"\ud800": {}}, "required": ["\ud800"]})
+    assert info.value.pointer == "/required"
+
+
+def test_an_unsatisfiable_schema_raises_the_public_error_class():
+    with pytest.raises(constrain.JsonSchemaError) as info:
+        schema_to_grammar({"oneOf": [{"type": "string"}, {"type": "string"}], "required": ["a"], "type": "object"})
+    assert type(info.value) is constrain.JsonSchemaError
+
+
+@pytest.mark.parametrize("compiler", ["regex", "lark", "gbnf", "json_schema", "choices", "pydantic"])
+@pytest.mark.parametrize(
+    "option, value",
+    [("time_limit", "x"), ("time_limit", -1), ("time_limit", float("nan")), ("time_limit", True)]
+    + [("cache_bytes", "x"), ("cache_bytes", -5)],
+)
+def test_every_compiler_refuses_a_bad_time_limit_or_cache_bytes(vocab, compiler, option, value):
+    from constrain.compilers import choices, gbnf, json_schema, lark, pydantic, regex
+
+    calls = {
+        "regex": lambda **o: regex.compile_regex("a+", vocab, **o),
+        "lark": lambda **o: lark.compile_lark('start: "a"+', vocab, **o),
+        "gbnf": lambda **o: gbnf.compile_gbnf('root ::= "a"+', vocab, **o),
+        "json_schema": lambda **o: json_schema.compile_json_schema({"type": "integer"}, vocab, **o),
+        "choices": lambda **o: choices.compile_choices(["a", "b"], vocab, **o),
+        "pydantic": lambda **o: pydantic.compile_pydantic(int, vocab, **o),
+    }
+    with pytest.raises(ArgumentError, match=option):
+        calls[compiler](**{option: value})
+
+
+def test_a_pattern_that_is_not_a_string_and_a_type_pydantic_cannot_take_are_typed(vocab):
+    from constrain.compilers.pydantic import compile_pydantic
+    from constrain.compilers.regex import compile_regex
+    from constrain.errors import PydanticSchemaError
+
+    with pytest.raises(ArgumentError, match="pattern"):
+        compile_regex(["a"], vocab)
+    with pytest.raises(ArgumentError, match="model_type"):
+        compile_pydantic({"type": "integer"}, vocab)
+    with pytest.raises(PydanticSchemaError, match="cannot"):
+        compile_pydantic("(", vocab)
+
+
+@pytest.mark.parametrize("count", [True, "1", 1.0, None])
+def test_rollback_takes_only_an_int(vocab, count):
+    matcher = constrain.compile("ab+", vocab).matcher()
+    matcher.advance(ord("a"))
+    with pytest.raises(ArgumentError, match="num_tokens"):
+        matcher.rollback(count)
+    matcher.rollback(np.int64(1))
+    assert matcher.accepts(ord("a"))

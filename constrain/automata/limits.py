@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from numba.core import event as numba_events
 
 from constrain import collector
-from constrain.errors import CompileTimeout
+from constrain.errors import ArgumentError, CompileTimeout
 
 #: Hostile-input guards: an automaton past these sizes is refused rather than built. A grammar's repetition
 #: (:class:`~constrain.grammar.ir.Repeat`) or a ``maxLength`` whose copies could not fit is refused before any is
@@ -136,6 +136,8 @@ def time_limited(seconds: float | None, what: str) -> Iterator[None]:
     another (choices by way of a regex, a Pydantic type by way of its JSON Schema) keeps its caller's limit. When
     this limit is the one that runs out, the :class:`CompileTimeout` says that ``what`` did not compile within
     it."""
+    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0):
+        raise ArgumentError("time_limit", seconds, "seconds of CPU time (a number, 0 or more), or None for no limit")
     outer = _DEADLINE.get()
     at = math.inf if seconds is None else compile_clock() + seconds
     if outer is not None and outer.at <= at:  # the caller's limit comes first: it reports its own

@@ -41,6 +41,7 @@ other Unicode digits and letters, so only negated classes like ``\D`` can differ
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import TypeAdapter
@@ -50,7 +51,7 @@ from pydantic_core import core_schema
 
 from constrain.automata.limits import DEFAULT_TIME_LIMIT, time_limited
 from constrain.compilers.json_schema import compile_json_schema
-from constrain.errors import PydanticSchemaError
+from constrain.errors import ArgumentError, ConstrainError, PydanticSchemaError
 
 if TYPE_CHECKING:
     from constrain.runtime.pushdown import GrammarStructure
@@ -142,11 +143,23 @@ def parse(model_type: type[T], text: str | bytes) -> T:
 
 def _schema_and_gaps(model_type: Any, open_objects: bool) -> tuple[dict[str, Any], list[str]]:
     """The tightened validation schema and what it still cannot say."""
+    if isinstance(model_type, (bytes, Mapping)):
+        raise ArgumentError(
+            "model_type",
+            model_type,
+            "a type (a pydantic model, a dataclass, a TypedDict...); a JSON Schema or a "
+            "grammar goes to constrain.compile",
+        )
     generator = _Generator(by_alias=True)
     try:
         schema = generator.generate(TypeAdapter(model_type).core_schema, mode="validation")
     except (PydanticUserError, PydanticUndefinedAnnotation) as exc:
         raise PydanticSchemaError(f"pydantic cannot write a JSON Schema for it: {exc}", model_type) from exc
+    except ConstrainError:
+        raise
+    except Exception as exc:  # what pydantic raises for a value it cannot take as a type varies (SchemaError...)
+        reason = f"pydantic cannot take it as a type: {type(exc).__name__}: {exc}"
+        raise PydanticSchemaError(reason, model_type) from exc
     gaps = generator.gaps
     _finish(schema, gaps, open_objects)
     return schema, list(dict.fromkeys(gaps))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from constrain.automata.limits import DEFAULT_TIME_LIMIT, time_limited
 from constrain.automata.regex import regex_to_dfa
+from constrain.errors import ArgumentError
 from constrain.runtime.matcher import DFAStructure
 from constrain.vocab.vocabulary import Vocabulary
 
@@ -16,5 +17,7 @@ def compile_regex(
 ) -> DFAStructure:
     """Compile a regex (whole-text match) for ``vocab``; ``options`` (``cache_bytes``) go to :class:`DFAStructure`.
     ``time_limit``: CPU seconds before :class:`~constrain.errors.CompileTimeout` (None: no limit)."""
+    if not isinstance(pattern, str):
+        raise ArgumentError("pattern", pattern, "a regex must be a str")
     with time_limited(time_limit, "the regex"):
         return DFAStructure(regex_to_dfa(pattern), vocab, source=pattern, **options)

@@ -15,6 +15,7 @@ import numpy as np
 from numba import njit
 
 from constrain.automata.dfa import ByteDFA
+from constrain.errors import ArgumentError
 from constrain.vocab.vocabulary import Vocabulary
 
 #: Automata with at most this many states get every mask computed at compile time.
@@ -63,6 +64,12 @@ def walk_bytes(trans, state, data, start, end):
     return state
 
 
+def check_cache_bytes(cache_bytes: int) -> None:
+    """ArgumentError unless ``cache_bytes`` (the bytes of masks a structure keeps) is an int, 0 or more."""
+    if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0:
+        raise ArgumentError("cache_bytes", cache_bytes, "bytes of masks to keep (an int, 0 or more)")
+
+
 class MaskCache:
     """Masks of one automaton over one vocabulary, cached per state (LRU, bounded in bytes, thread-safe).
 
@@ -71,6 +78,7 @@ class MaskCache:
     """
 
     def __init__(self, vocab: Vocabulary, *, cache_bytes: int = DEFAULT_CACHE_BYTES):
+        check_cache_bytes(cache_bytes)
         self.vocab = vocab
         self.width = (vocab.size + 31) // 32
         self._eos_words = np.zeros(self.width, dtype=np.uint32)

@@ -169,6 +169,8 @@ class Matcher:
 
     def rollback(self, num_tokens: int = 1) -> None:
         """Undo the last ``num_tokens`` tokens."""
+        if isinstance(num_tokens, bool) or not isinstance(num_tokens, (int, np.integer)):
+            raise ArgumentError("num_tokens", num_tokens, "how many tokens to undo, an int")
         if not 0 <= num_tokens <= self._step.depth:
             raise TokenError(f"cannot roll back {num_tokens} tokens: {self._step.depth} have been read")
         step = self._step

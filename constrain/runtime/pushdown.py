@@ -31,7 +31,7 @@ from constrain.runtime.lexical import (
     _entry_bytes,
     _subtrees_below,
 )
-from constrain.runtime.masks import DEFAULT_CACHE_BYTES, MaskCache
+from constrain.runtime.masks import DEFAULT_CACHE_BYTES, MaskCache, check_cache_bytes
 from constrain.runtime.matcher import CompiledStructure
 from constrain.vocab.vocabulary import Vocabulary
 
@@ -315,6 +315,7 @@ class PushdownMasks(MaskCache):
     def __init__(
         self, pushdown: Pushdown, machine: Machine, vocab: Vocabulary, *, cache_bytes: int = DEFAULT_CACHE_BYTES
     ):
+        check_cache_bytes(cache_bytes)
         super().__init__(vocab, cache_bytes=cache_bytes // 2)
         self.rules = pushdown.rules
         self.machine = machine

@@ -123,6 +123,9 @@ class _Document:
 
         if not isinstance(schema, (bool, Mapping)):
             raise JsonSchemaError(f"a schema must be a JSON object or a boolean, not {type(schema).__name__}")
+        _refuse_non_json(schema)
+        if isinstance(schema, Mapping) and not isinstance(schema.get("$schema", ""), str):
+            raise JsonSchemaError("$schema must be a string (the dialect's URI)", "/$schema", "$schema")
         cls = validators.validator_for(schema, default=validators.Draft202012Validator)
         explicit = isinstance(schema, Mapping) and "$schema" in schema
         # check_schema without format assertions: patterns are ECMAScript regexes, which Python's re (what the
@@ -130,7 +133,6 @@ class _Document:
         # fast walk answers for most schemas; when it is not sure, jsonschema decides and words the error.
         error = None
         if not certainly_valid(schema, cls.__name__.replace("Validator", "")):
-            _refuse_non_json_numbers(schema)
             error = jsonschema.exceptions.best_match(cls(cls.META_SCHEMA).iter_errors(schema))
         if error is not None and not explicit:
             # No $schema: a draft-07 document (items as a list...) is read as draft-07.
@@ -446,16 +448,59 @@ def _refers(schema: Any) -> bool:
     return False
 
 
-def _refuse_non_json_numbers(schema: Any) -> None:
-    """JsonSchemaError at the first float JSON cannot write (infinite or NaN): jsonschema takes it for a number,
-    and a bound of infinity has no digits to compile."""
+def _refuse_non_json(schema: Any) -> None:
+    """JsonSchemaError at the first value no JSON text spells: a key that is not a string, a value that is not a
+    string, number, boolean, null, list or mapping (a tuple, a set, an object), an infinite or NaN float. The
+    compiler's parts assume JSON, and a bound of infinity has no digits to compile. One quick walk answers for the
+    whole schema (about 15 us for a typical one); the walk that finds the pointer runs only when it fails."""
+    if _is_json(schema):
+        return
     work = [("", schema)]
     while work:
         pointer, value = work.pop()
+        keyword = next((token for token in reversed(pointer.split("/")) if not token.isdigit()), "") or None
         if isinstance(value, float) and not math.isfinite(value):
-            keyword = pointer.rsplit("/", 1)[-1] or None
             raise JsonSchemaError(f"{value!r} is not a JSON number (JSON has no Infinity or NaN)", pointer, keyword)
         if isinstance(value, Mapping):
-            work.extend((f"{pointer}/{_escape_token(str(k))}", v) for k, v in value.items())
+            for k in value:
+                if not isinstance(k, str):
+                    raise JsonSchemaError(f"the key {k!r} is not a string, as JSON object keys are", pointer, keyword)
+            work.extend((f"{pointer}/{_escape_token(k)}", v) for k, v in value.items())
         elif isinstance(value, list):
             work.extend((f"{pointer}/{i}", v) for i, v in enumerate(value))
+        elif not isinstance(value, (str, int, float, type(None))):
+            raise JsonSchemaError(f"a {type(value).__name__} is not a JSON value", pointer, keyword)
+        elif isinstance(value, int) and value.bit_length() > _MAX_INT_BITS:
+            raise JsonSchemaError(
+                f"an integer of {value.bit_length():,} bits is longer than Python writes as text", pointer, keyword
+            )
+
+
+def _is_json(schema: Any) -> bool:
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        kind = type(node)
+        if kind is str or kind is bool or node is None:
+            continue
+        if kind is int:
+            if node.bit_length() > _MAX_INT_BITS:
+                return False
+            continue
+        if kind is dict or isinstance(node, Mapping):
+            for key in node:
+                if type(key) is not str and not isinstance(key, str):
+                    return False
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, float):
+            if not math.isfinite(node):
+                return False
+        elif not isinstance(node, (str, int)) or (isinstance(node, int) and node.bit_length() > _MAX_INT_BITS):
+            return False
+    return True
+
+
+#: Integers of more bits are refused: Python writes at most 4,300 digits of an int as text by default.
+_MAX_INT_BITS = 13_000
