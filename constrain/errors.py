@@ -75,7 +75,12 @@ class AutomatonTooLarge(StructureError):
 
 
 class CompileTimeout(StructureError):
-    """Building a structure's automata ran past the time limit its caller set (see :func:`deadline`)."""
+    """Building a structure's automata ran past the time limit its caller set (see :func:`deadline`). ``rule``:
+    the grammar rule being built then, when a grammar's."""
+
+    def __init__(self, message: str, rule: str | None = None):
+        self.rule = rule
+        super().__init__(message)
 
 
 class GrammarError(StructureError):

@@ -149,7 +149,9 @@ def time_limited(seconds: float | None, what: str) -> Iterator[None]:
     except CompileTimeout as exc:
         if seconds is None:  # an inner limit ran out: it said so
             raise
-        raise CompileTimeout(f"{what} did not compile within time_limit={seconds:g} s (None lifts the limit)") from exc
+        where = f" (at rule {exc.rule!r})" if exc.rule else ""
+        message = f"{what} did not compile within time_limit={seconds:g} s{where} (None lifts the limit)"
+        raise CompileTimeout(message, rule=exc.rule) from exc
 
 
 def check_deadline() -> None:

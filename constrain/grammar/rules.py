@@ -87,7 +87,7 @@ def _checked_rule_dfa(body: Expr, name: str, index: Mapping[str, int]) -> ByteDF
     except GrammarError as exc:
         raise GrammarError(f"rule {name!r} {exc}") from None
     except CompileTimeout:
-        raise GrammarError(f"building the automata ran past the time limit (at rule {name!r})") from None
+        raise CompileTimeout(f"building the automata ran past the time limit (at rule {name!r})", rule=name) from None
     except AutomatonTooLarge as exc:
         raise AutomatonTooLarge(f"rule {name!r}: {exc}", rule=name) from None
     except RecursionError:

@@ -451,11 +451,10 @@ def _compile_json_schema(schema: Any, vocab, **options):
     time_limit = grammar_options.get("time_limit", DEFAULT_TIME_LIMIT)
     try:
         structure = compile_grammar(grammar, vocab, **options)
-    except (GrammarError, CompileTimeout) as exc:  # a time limit; _finalize removes the rest of what it refuses
-        raise JsonSchemaError(f"the schema's grammar cannot be built: {exc} (time_limit={time_limit})") from exc
-    except AutomatonTooLarge as exc:
-        pointer = grammar.origins.get(exc.rule or "", "")
-        raise JsonSchemaError(f"the schema's grammar cannot be built: {exc}", pointer) from exc
+    except (AutomatonTooLarge, CompileTimeout, GrammarError) as exc:  # _finalize refuses every other GrammarError
+        pointer = grammar.origins.get(getattr(exc, "rule", None) or "", "")
+        limit = f" (time_limit={time_limit})" if isinstance(exc, CompileTimeout) else ""
+        raise JsonSchemaError(f"the schema's grammar cannot be built: {exc}{limit}", pointer) from exc
     structure.relaxations = notes
     return structure
 
