@@ -71,35 +71,57 @@ def cases() -> dict[str, str]:
     return {name: description for name, (description, _, _) in _CASES.items()}
 
 
-def _json(schema: Any, vocab, limit: float, **options) -> None:
-    import constrain
+_SCHEMAS: dict[str, tuple[Callable[[], Any], dict[str, Any]]] = {}
 
-    constrain.compile(schema, vocab, kind="json_schema", time_limit=limit, cache=False, **options)
+
+def _schema_case(name: str, description: str, **options: Any):
+    """Register a case that compiles the JSON Schema its function returns, with ``options``."""
+
+    def register(make: Callable[[], Any]) -> Callable[[], Any]:
+        def run(vocab, limit: float) -> None:
+            import constrain
+
+            constrain.compile(make(), vocab, kind="json_schema", time_limit=limit, cache=False, **options)
+
+        _case(name, description)(run)
+        _SCHEMAS[name] = (make, options)
+        return make
+
+    return register
+
+
+def json_schema_of(name: str) -> tuple[Any, dict[str, Any]] | None:
+    """The JSON Schema case ``name`` compiles and its options (None for a case of another kind): what
+    ``benchmarks/hostile.py`` hands the other engines."""
+    if name not in _SCHEMAS:
+        return None
+    make, options = _SCHEMAS[name]
+    return make(), options
 
 
 # -- time ---------------------------------------------------------------------------------------------------------
 
 
-@_case("string-max-length-1e18", 'JSON Schema {"type": "string", "maxLength": 10**18}')
-def _(vocab, limit):
-    _json({"type": "string", "maxLength": 10**18}, vocab, limit)
+@_schema_case("string-max-length-1e18", 'JSON Schema {"type": "string", "maxLength": 10**18}')
+def _():
+    return {"type": "string", "maxLength": 10**18}
 
 
-@_case("string-max-length-2e9", 'JSON Schema {"type": "string", "maxLength": 2147483647}')
-def _(vocab, limit):
-    _json({"type": "string", "maxLength": 2147483647}, vocab, limit)
+@_schema_case("string-max-length-2e9", 'JSON Schema {"type": "string", "maxLength": 2147483647}')
+def _():
+    return {"type": "string", "maxLength": 2147483647}
 
 
-@_case("required-40k", "JSON Schema object with 40,000 required properties")
-def _(vocab, limit):
+@_schema_case("required-40k", "JSON Schema object with 40,000 required properties")
+def _():
     names = [f"p{i}" for i in range(40_000)]
-    _json({"type": "object", "properties": {n: {"type": "integer"} for n in names}, "required": names}, vocab, limit)
+    return {"type": "object", "properties": {n: {"type": "integer"} for n in names}, "required": names}
 
 
-@_case("required-100k", "JSON Schema object with 100,000 required properties")
-def _(vocab, limit):
+@_schema_case("required-100k", "JSON Schema object with 100,000 required properties")
+def _():
     names = [f"p{i}" for i in range(100_000)]
-    _json({"type": "object", "properties": {n: {"type": "integer"} for n in names}, "required": names}, vocab, limit)
+    return {"type": "object", "properties": {n: {"type": "integer"} for n in names}, "required": names}
 
 
 @_case("regex-nested-counts", "compile_regex('((a{1,50}){1,50}){1,50}')")
@@ -130,38 +152,38 @@ def _(vocab, limit):
     compile_regex("(a|b)*a(a|b){25}", vocab, time_limit=limit)
 
 
-@_case("pattern-exponential", "JSON Schema pattern (a|b)*a(a|b){25} on a property")
-def _(vocab, limit):
-    _json({"type": "object", "properties": {"x": {"type": "string", "pattern": "(a|b)*a(a|b){25}"}}}, vocab, limit)
+@_schema_case("pattern-exponential", "JSON Schema pattern (a|b)*a(a|b){25} on a property")
+def _():
+    return {"type": "object", "properties": {"x": {"type": "string", "pattern": "(a|b)*a(a|b){25}"}}}
 
 
-@_case("min-items-100k", "JSON Schema array with minItems 100,000, indented")
-def _(vocab, limit):
-    _json({"type": "array", "items": {"type": "integer"}, "minItems": 100_000}, vocab, limit, whitespace="indent")
+@_schema_case("min-items-100k", "JSON Schema array with minItems 100,000, indented", whitespace="indent")
+def _():
+    return {"type": "array", "items": {"type": "integer"}, "minItems": 100_000}
 
 
-@_case("bounds-1e308", "JSON Schema number with minimum 1e308 and exclusiveMaximum 1.5e308")
-def _(vocab, limit):
-    _json({"type": "number", "minimum": 1e308, "exclusiveMaximum": 1.5e308}, vocab, limit)
+@_schema_case("bounds-1e308", "JSON Schema number with minimum 1e308 and exclusiveMaximum 1.5e308")
+def _():
+    return {"type": "number", "minimum": 1e308, "exclusiveMaximum": 1.5e308}
 
 
-@_case("enum-100k", "JSON Schema enum of 100,000 strings")
-def _(vocab, limit):
-    _json({"enum": [f"value-{i}" for i in range(100_000)]}, vocab, limit)
+@_schema_case("enum-100k", "JSON Schema enum of 100,000 strings")
+def _():
+    return {"enum": [f"value-{i}" for i in range(100_000)]}
 
 
-@_case("any-of-10k", "JSON Schema anyOf of 10,000 objects with distinct consts")
-def _(vocab, limit):
+@_schema_case("any-of-10k", "JSON Schema anyOf of 10,000 objects with distinct consts")
+def _():
     branches = [{"type": "object", "properties": {"k": {"const": i}}, "required": ["k"]} for i in range(10_000)]
-    _json({"anyOf": branches}, vocab, limit)
+    return {"anyOf": branches}
 
 
-@_case("nested-properties-5000", "JSON Schema objects nested 5,000 deep")
-def _(vocab, limit):
+@_schema_case("nested-properties-5000", "JSON Schema objects nested 5,000 deep")
+def _():
     schema: dict[str, Any] = {"type": "integer"}
     for _ in range(5000):
         schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
-    _json(schema, vocab, limit)
+    return schema
 
 
 @_case("regex-nesting-5000", "a regex of 5,000 nested groups")
@@ -171,9 +193,9 @@ def _(vocab, limit):
     constrain.compile("(" * 5000 + "a" + ")" * 5000, vocab, time_limit=limit, cache=False)
 
 
-@_case("ref-to-itself", 'JSON Schema {"$ref": "#"}')
-def _(vocab, limit):
-    _json({"$ref": "#"}, vocab, limit)
+@_schema_case("ref-to-itself", 'JSON Schema {"$ref": "#"}')
+def _():
+    return {"$ref": "#"}
 
 
 # -- memory -------------------------------------------------------------------------------------------------------
@@ -196,15 +218,15 @@ def _(vocab, limit):
         compile_lark(grammar, vocab, time_limit=limit)
 
 
-@_case("property-name-1mb", "JSON Schema with a required property whose name is 1 MB long")
-def _(vocab, limit):
+@_schema_case("property-name-1mb", "JSON Schema with a required property whose name is 1 MB long")
+def _():
     name = "a" * 1_000_000
-    _json({"type": "object", "properties": {name: {"type": "integer"}}, "required": [name]}, vocab, limit)
+    return {"type": "object", "properties": {name: {"type": "integer"}}, "required": [name]}
 
 
-@_case("enum-string-1mb", "JSON Schema enum of one 1 MB string")
-def _(vocab, limit):
-    _json({"enum": ["b" * 1_000_000]}, vocab, limit)
+@_schema_case("enum-string-1mb", "JSON Schema enum of one 1 MB string")
+def _():
+    return {"enum": ["b" * 1_000_000]}
 
 
 # -- running ------------------------------------------------------------------------------------------------------
