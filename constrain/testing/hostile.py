@@ -71,20 +71,21 @@ def cases() -> dict[str, str]:
     return {name: description for name, (description, _, _) in _CASES.items()}
 
 
-_SCHEMAS: dict[str, tuple[Callable[[], Any], dict[str, Any]]] = {}
+_SPECS: dict[str, tuple[str, Callable[[], Any], dict[str, Any]]] = {}
 
 
-def _schema_case(name: str, description: str, **options: Any):
-    """Register a case that compiles the JSON Schema its function returns, with ``options``."""
+def _spec_case(name: str, description: str, kind: str = "json_schema", **options: Any):
+    """Register a case that compiles, with :func:`constrain.compile`, the spec of ``kind`` its function
+    returns, with ``options``."""
 
     def register(make: Callable[[], Any]) -> Callable[[], Any]:
         def run(vocab, limit: float) -> None:
             import constrain
 
-            constrain.compile(make(), vocab, kind="json_schema", time_limit=limit, cache=False, **options)
+            constrain.compile(make(), vocab, kind=kind, time_limit=limit, cache=False, **options)
 
         _case(name, description)(run)
-        _SCHEMAS[name] = (make, options)
+        _SPECS[name] = (kind, make, options)
         return make
 
     return register
@@ -93,92 +94,71 @@ def _schema_case(name: str, description: str, **options: Any):
 def json_schema_of(name: str) -> tuple[Any, dict[str, Any]] | None:
     """The JSON Schema case ``name`` compiles and its options (None for a case of another kind): what
     ``benchmarks/hostile.py`` hands the other engines."""
-    if name not in _SCHEMAS:
-        return None
-    make, options = _SCHEMAS[name]
-    return make(), options
+    kind, make, options = _SPECS.get(name, (None, None, None))
+    return (make(), options) if kind == "json_schema" else None
 
 
 # -- time ---------------------------------------------------------------------------------------------------------
 
 
-@_schema_case("string-max-length-1e18", 'JSON Schema {"type": "string", "maxLength": 10**18}')
+@_spec_case("string-max-length-1e18", 'JSON Schema {"type": "string", "maxLength": 10**18}')
 def _():
     return {"type": "string", "maxLength": 10**18}
 
 
-@_schema_case("string-max-length-2e9", 'JSON Schema {"type": "string", "maxLength": 2147483647}')
+@_spec_case("string-max-length-2e9", 'JSON Schema {"type": "string", "maxLength": 2147483647}')
 def _():
     return {"type": "string", "maxLength": 2147483647}
 
 
-@_schema_case("required-40k", "JSON Schema object with 40,000 required properties")
-def _():
-    names = [f"p{i}" for i in range(40_000)]
+def _required_properties(count: int) -> dict[str, Any]:
+    names = [f"p{i}" for i in range(count)]
     return {"type": "object", "properties": {n: {"type": "integer"} for n in names}, "required": names}
 
 
-@_schema_case("required-100k", "JSON Schema object with 100,000 required properties")
-def _():
-    names = [f"p{i}" for i in range(100_000)]
-    return {"type": "object", "properties": {n: {"type": "integer"} for n in names}, "required": names}
+_spec_case("required-40k", "JSON Schema object with 40,000 required properties")(lambda: _required_properties(40_000))
+_spec_case("required-100k", "JSON Schema object with 100,000 required properties")(
+    lambda: _required_properties(100_000)
+)
+_spec_case("regex-nested-counts", "regex ((a{1,50}){1,50}){1,50}", "regex")(lambda: "((a{1,50}){1,50}){1,50}")
+_spec_case("lark-nested-counts", "Lark grammar with the terminal /((a{1,50}){1,50}){1,50}/", "lark")(
+    lambda: "start: /((a{1,50}){1,50}){1,50}/\n"
+)
+_spec_case("gbnf-nested-counts", 'GBNF grammar root ::= (("a"{1,50}){1,50}){1,50}', "gbnf")(
+    lambda: 'root ::= (("a"{1,50}){1,50}){1,50}\n'
+)
+_spec_case("regex-exponential", "a regex whose DFA doubles per character: (a|b)*a(a|b){25}", "regex")(
+    lambda: "(a|b)*a(a|b){25}"
+)
 
 
-@_case("regex-nested-counts", "compile_regex('((a{1,50}){1,50}){1,50}')")
-def _(vocab, limit):
-    from constrain.compilers.regex import compile_regex
-
-    compile_regex("((a{1,50}){1,50}){1,50}", vocab, time_limit=limit)
-
-
-@_case("lark-nested-counts", "compile_lark with the terminal /((a{1,50}){1,50}){1,50}/")
-def _(vocab, limit):
-    from constrain.compilers.lark import compile_lark
-
-    compile_lark("start: /((a{1,50}){1,50}){1,50}/\n", vocab, time_limit=limit)
-
-
-@_case("gbnf-nested-counts", 'compile_gbnf with root ::= (("a"{1,50}){1,50}){1,50}')
-def _(vocab, limit):
-    from constrain.compilers.gbnf import compile_gbnf
-
-    compile_gbnf('root ::= (("a"{1,50}){1,50}){1,50}\n', vocab, time_limit=limit)
-
-
-@_case("regex-exponential", "a regex whose DFA doubles per character: (a|b)*a(a|b){25}")
-def _(vocab, limit):
-    from constrain.compilers.regex import compile_regex
-
-    compile_regex("(a|b)*a(a|b){25}", vocab, time_limit=limit)
-
-
-@_schema_case("pattern-exponential", "JSON Schema pattern (a|b)*a(a|b){25} on a property")
+@_spec_case("pattern-exponential", "JSON Schema pattern (a|b)*a(a|b){25} on a property")
 def _():
     return {"type": "object", "properties": {"x": {"type": "string", "pattern": "(a|b)*a(a|b){25}"}}}
 
 
-@_schema_case("min-items-100k", "JSON Schema array with minItems 100,000, indented", whitespace="indent")
+@_spec_case("min-items-100k", "JSON Schema array with minItems 100,000, indented", whitespace="indent")
 def _():
     return {"type": "array", "items": {"type": "integer"}, "minItems": 100_000}
 
 
-@_schema_case("bounds-1e308", "JSON Schema number with minimum 1e308 and exclusiveMaximum 1.5e308")
+@_spec_case("bounds-1e308", "JSON Schema number with minimum 1e308 and exclusiveMaximum 1.5e308")
 def _():
     return {"type": "number", "minimum": 1e308, "exclusiveMaximum": 1.5e308}
 
 
-@_schema_case("enum-100k", "JSON Schema enum of 100,000 strings")
+@_spec_case("enum-100k", "JSON Schema enum of 100,000 strings")
 def _():
     return {"enum": [f"value-{i}" for i in range(100_000)]}
 
 
-@_schema_case("any-of-10k", "JSON Schema anyOf of 10,000 objects with distinct consts")
+@_spec_case("any-of-10k", "JSON Schema anyOf of 10,000 objects with distinct consts")
 def _():
     branches = [{"type": "object", "properties": {"k": {"const": i}}, "required": ["k"]} for i in range(10_000)]
     return {"anyOf": branches}
 
 
-@_schema_case("nested-properties-5000", "JSON Schema objects nested 5,000 deep")
+@_spec_case("nested-properties-5000", "JSON Schema objects nested 5,000 deep")
 def _():
     schema: dict[str, Any] = {"type": "integer"}
     for _ in range(5000):
@@ -186,14 +166,10 @@ def _():
     return schema
 
 
-@_case("regex-nesting-5000", "a regex of 5,000 nested groups")
-def _(vocab, limit):
-    import constrain
-
-    constrain.compile("(" * 5000 + "a" + ")" * 5000, vocab, time_limit=limit, cache=False)
+_spec_case("regex-nesting-5000", "a regex of 5,000 nested groups", "regex")(lambda: "(" * 5000 + "a" + ")" * 5000)
 
 
-@_schema_case("ref-to-itself", 'JSON Schema {"$ref": "#"}')
+@_spec_case("ref-to-itself", 'JSON Schema {"$ref": "#"}')
 def _():
     return {"$ref": "#"}
 
@@ -218,13 +194,13 @@ def _(vocab, limit):
         compile_lark(grammar, vocab, time_limit=limit)
 
 
-@_schema_case("property-name-1mb", "JSON Schema with a required property whose name is 1 MB long")
+@_spec_case("property-name-1mb", "JSON Schema with a required property whose name is 1 MB long")
 def _():
     name = "a" * 1_000_000
     return {"type": "object", "properties": {name: {"type": "integer"}}, "required": [name]}
 
 
-@_schema_case("enum-string-1mb", "JSON Schema enum of one 1 MB string")
+@_spec_case("enum-string-1mb", "JSON Schema enum of one 1 MB string")
 def _():
     return {"enum": ["b" * 1_000_000]}
 
