@@ -24,7 +24,7 @@ def test_the_clock_does_not_count_other_threads():
 
 
 def _schema(tag: str) -> dict:
-    names = [f"{tag}_{i}" for i in range(250)]
+    names = [f"{tag}_{i}" for i in range(2000)]
     properties = {name: {"type": "string", "maxLength": 3 + i % 9} for i, name in enumerate(names)}
     return {"type": "object", "properties": properties, "required": names[::3]}
 
@@ -35,7 +35,7 @@ def test_compiles_in_threads_each_get_their_own_time_limit():
     started = time.thread_time()
     schema_to_grammar(_schema("alone"))
     alone = time.thread_time() - started
-    limit = max(3 * alone, 0.05)
+    limit = max(2.5 * alone, 0.05)
     outcomes: list[object] = []
 
     def compile_one(tag: str) -> None:
@@ -45,11 +45,12 @@ def test_compiles_in_threads_each_get_their_own_time_limit():
         except Exception as exc:  # a refusal: the test fails below, naming it
             outcomes.append(exc)
 
-    wall = time.perf_counter()
+    process_started = time.process_time()
     threads = [threading.Thread(target=compile_one, args=(f"t{k}",)) for k in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     assert outcomes == ["ok"] * 4, outcomes
-    assert time.perf_counter() - wall > limit  # together they ran past one limit: a process clock would refuse
+    # Together they used more CPU than one limit allows: a process-wide clock would have refused.
+    assert time.process_time() - process_started > limit
