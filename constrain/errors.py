@@ -156,6 +156,51 @@ class BeamSearchError(ArgumentError):
     what = "beam search argument"
 
 
+class OutputTypeError(StructureError):
+    """An ``output_type`` that constrain cannot generate: neither a type pydantic reads, nor a spec
+    :func:`constrain.compile` takes. ``type`` holds what was given."""
+
+    def __init__(self, message: str, output_type: Any):
+        self.type = output_type
+        name = getattr(output_type, "__qualname__", None) or repr(output_type)
+        super().__init__(f"output_type {name}: {message}")
+
+
+class OutputValidationError(ConstrainError, ValueError):
+    """A finished output that the structure accepted was still refused by its type's validation: a check the
+    schema cannot express (a pydantic ``field_validator``, say). ``text`` holds the output, ``errors`` the
+    validator's own report."""
+
+    def __init__(self, message: str, text: str, errors: Any = None):
+        self.text = text
+        self.errors = errors
+        super().__init__(f"{message} (output: {text!r})")
+
+
+class IncompleteOutputError(ConstrainError, RuntimeError):
+    """Generation stopped (``max_new_tokens`` or the model's context) before the structure was complete, so the
+    text is not a valid output. ``text`` and ``tokens`` hold what was generated, ``reason`` why it stopped."""
+
+    def __init__(self, message: str, text: str, tokens: list[int], reason: str = "length"):
+        self.text = text
+        self.tokens = tokens
+        self.reason = reason
+        super().__init__(f"{message} (output so far: {text!r})")
+
+
+class ContextLengthError(ConstrainError, ValueError):
+    """A prompt, with the ``max_new_tokens`` asked for, does not fit the model's context window."""
+
+    def __init__(self, prompt_tokens: int, max_new_tokens: int, context_length: int):
+        self.prompt_tokens = prompt_tokens
+        self.max_new_tokens = max_new_tokens
+        self.context_length = context_length
+        super().__init__(
+            f"the prompt has {prompt_tokens:,} tokens and max_new_tokens={max_new_tokens:,}, but the model's context "
+            f"holds {context_length:,} tokens: shorten the prompt or ask for fewer tokens"
+        )
+
+
 class MissingExtraError(ConstrainError, ImportError):
     """An optional dependency is not installed. ``extra`` names the extra of ``constrain`` that installs it,
     ``missing`` the module that could not be found."""
