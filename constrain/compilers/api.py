@@ -2,7 +2,9 @@
 
 A spec is a regex (``str``), a JSON Schema (``dict`` or ``bool``, or JSON text with ``kind="json_schema"``), a type
 pydantic can read (a ``BaseModel``, dataclass, ``TypedDict``, ``list[int]``...), a Lark or GBNF grammar (``str``
-with ``kind="lark"`` / ``kind="gbnf"``), a list of choices (``list[str]``), or a :class:`~constrain.grammar.ir.Grammar`.
+with ``kind="lark"`` / ``kind="gbnf"``, or wrapped as :class:`~constrain.compilers.specs.Regex`,
+:class:`~constrain.compilers.specs.Lark` or :class:`~constrain.compilers.specs.GBNF`, which say it without ``kind``),
+a list of choices (``list[str]``), or a :class:`~constrain.grammar.ir.Grammar`.
 Compiled structures are kept in a bounded cache keyed by the spec, the options and the vocabulary's fingerprint, so
 a server that sees the same schema twice compiles it once; the structure is shared, matchers are per sequence.
 """
@@ -22,6 +24,7 @@ from constrain.compilers.json_schema import compile_json_schema
 from constrain.compilers.lark import compile_lark
 from constrain.compilers.pydantic import compile_pydantic
 from constrain.compilers.regex import compile_regex
+from constrain.compilers.specs import GBNF, Lark, Regex
 from constrain.errors import StructureError
 from constrain.grammar.ir import Grammar
 from constrain.runtime.masks import DEFAULT_CACHE_BYTES
@@ -40,6 +43,8 @@ COMPILE_CACHE_ENTRIES = 64
 
 _COMPILED = BoundedCache(COMPILE_CACHE_BYTES)
 _JSON_KINDS = ("json_schema", "pydantic")
+#: The kind of text each wrapper of :mod:`constrain.compilers.specs` holds.
+_WRAPPED_KINDS: dict[type, str] = {Regex: "regex", Lark: "lark", GBNF: "gbnf"}
 
 
 def compile(  # noqa: A001 - the package's entry point, read as constrain.compile
@@ -100,6 +105,11 @@ def clear_compile_cache() -> None:
 def _kind_of(spec: Any, kind: str) -> str:
     if kind not in typing.get_args(Kind):
         raise StructureError(f"unknown kind {kind!r}; known: {', '.join(typing.get_args(Kind))}")
+    wrapped = _WRAPPED_KINDS.get(type(spec))
+    if wrapped is not None:
+        if kind not in ("auto", wrapped):
+            raise StructureError(f"a {type(spec).__name__} spec is a {wrapped} structure, not kind={kind!r}")
+        return wrapped
     if kind != "auto":
         return kind
     if isinstance(spec, str):
@@ -158,6 +168,8 @@ def _cache_key(
 def _compile(
     spec: Any, vocab: Vocabulary, kind: str, options: dict[str, Any], time_limit: float | None, cache_bytes: int
 ) -> CompiledStructure:
+    if type(spec) in _WRAPPED_KINDS:
+        spec, options = _unwrapped(spec, options)
     if kind in _JSON_KINDS:
         if kind == "json_schema" and isinstance(spec, str):
             spec = _json_text(spec)
@@ -178,6 +190,18 @@ def _compile(
         raise StructureError(f"a grammar spec must be a constrain.grammar.Grammar, got {type(spec).__name__}")
     with time_limited(time_limit, "the grammar"):
         return compile_grammar(spec, vocab, cache_bytes=cache_bytes)
+
+
+def _unwrapped(spec: Regex | Lark | GBNF, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The wrapped text, and the options with the wrapper's start rule as ``start``."""
+    if isinstance(spec, Regex):
+        return spec.pattern, options
+    if spec.start is None:
+        return spec.text, options
+    given = options.get("start")
+    if given is not None and given != spec.start:
+        raise StructureError(f"start={given!r} conflicts with the {type(spec).__name__}'s start={spec.start!r}")
+    return spec.text, {**options, "start": spec.start}
 
 
 def _json_text(text: str) -> Any:
