@@ -44,7 +44,7 @@ COMPILE_CACHE_ENTRIES = 64
 _COMPILED = BoundedCache(COMPILE_CACHE_BYTES)
 _JSON_KINDS = ("json_schema", "pydantic")
 #: The kind of text each wrapper of :mod:`constrain.compilers.specs` holds.
-_WRAPPED_KINDS: dict[type, str] = {Regex: "regex", Lark: "lark", GBNF: "gbnf"}
+WRAPPER_KINDS: dict[type, str] = {Regex: "regex", Lark: "lark", GBNF: "gbnf"}
 
 
 def compile(  # noqa: A001 - the package's entry point, read as constrain.compile
@@ -105,7 +105,7 @@ def clear_compile_cache() -> None:
 def _kind_of(spec: Any, kind: str) -> str:
     if kind not in typing.get_args(Kind):
         raise StructureError(f"unknown kind {kind!r}; known: {', '.join(typing.get_args(Kind))}")
-    wrapped = _WRAPPED_KINDS.get(type(spec))
+    wrapped = WRAPPER_KINDS.get(type(spec))
     if wrapped is not None:
         if kind not in ("auto", wrapped):
             raise StructureError(f"a {type(spec).__name__} spec is a {wrapped} structure, not kind={kind!r}")
@@ -168,7 +168,7 @@ def _cache_key(
 def _compile(
     spec: Any, vocab: Vocabulary, kind: str, options: dict[str, Any], time_limit: float | None, cache_bytes: int
 ) -> CompiledStructure:
-    if type(spec) in _WRAPPED_KINDS:
+    if type(spec) in WRAPPER_KINDS:
         spec, options = _unwrapped(spec, options)
     if kind in _JSON_KINDS:
         if kind == "json_schema" and isinstance(spec, str):
