@@ -1,0 +1,192 @@
+"""The decoding loop: prompts in, tokens out, each row inside its structure, on any model that gives logits.
+
+A model plugs in through :class:`LogitsModel`: it reads prompts (``prefill``) and one new token per row
+(``extend``), keeps its own cache of what it read, and returns the logits of the next token of every row. The loop
+owns everything else, the same way for every backend:
+
+- each row's :class:`~constrain.runtime.matcher.Matcher` writes its allowed tokens into one shared bitmask;
+- :class:`~constrain.decoding.sampling.Sampler` applies the sampling pipeline under that mask and draws a token;
+- the matcher reads the token; a row ends on an end-of-sequence token, or as soon as its structure is complete
+  and allows nothing but the end of sequence (no forward pass is spent on a token that has no choice), or at
+  ``max_new_tokens``.
+
+The penalties of :class:`~constrain.decoding.params.SamplingParams` count the generated tokens (OpenAI's
+convention), not the prompt.
+
+:class:`Decoding` is iterable: each step yields the tokens appended in that step, so a caller can stream them; the
+rows (:class:`DecodedRow`) hold the tokens and why each row stopped. Finished rows of a batch keep being fed an
+end-of-sequence token until every row is done (their logits are ignored).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from constrain.decoding.params import SamplingParams
+from constrain.decoding.sampling import Sampler
+from constrain.errors import ArgumentError, ContextLengthError, ShapeError, VocabularyError
+from constrain.kernels.bitmask import allocate_token_bitmask
+from constrain.runtime.matcher import CompiledStructure, Matcher
+
+FinishReason = Literal["stop", "length"]
+
+
+class LogitsModel(Protocol):
+    """What the loop needs from a model. It keeps the cache of the rows it has read since the last ``prefill``."""
+
+    #: Width of a row of logits (may exceed the vocabulary: padded output layers).
+    logits_width: int
+    #: Most tokens one row may hold (prompt and generated), or None when unbounded.
+    context_length: int | None
+    #: Most rows one ``prefill`` may take, or None when unbounded.
+    max_batch: int | None
+
+    def prefill(self, prompts: Sequence[Sequence[int]]) -> Any:
+        """Read new prompts (forgetting earlier rows); the logits of each row's next token, ``(batch, width)``."""
+        ...
+
+    def extend(self, tokens: Sequence[int]) -> Any:
+        """Read one token per row; the logits of each row's next token, ``(batch, width)``."""
+        ...
+
+
+@dataclass
+class DecodedRow:
+    """One row of a :class:`Decoding`: the generated tokens (end-of-sequence tokens left out) and how it ended."""
+
+    prompt_tokens: int
+    matcher: Matcher | None
+    tokens: list[int] = field(default_factory=list)
+    finish_reason: FinishReason | None = None
+
+    @property
+    def complete(self) -> bool:
+        """Whether the text is a whole match of the row's structure (always true without one)."""
+        return self.matcher is None or self.matcher.is_accepting()
+
+
+class Decoding:
+    """One batch of rows decoded together; iterate to run it step by step.
+
+    ``prompts``: token ids per row. ``structures``: None (free text), one structure for every row, or one per row
+    (None for a free row). ``sampling``: one :class:`SamplingParams` for every row or one per row.
+    ``eos_ids``: the tokens that end a row (the structures' vocabulary's, when any structure is given).
+    """
+
+    def __init__(
+        self,
+        model: LogitsModel,
+        prompts: Sequence[Sequence[int]],
+        *,
+        structures: CompiledStructure | Sequence[CompiledStructure | None] | None = None,
+        sampling: SamplingParams | Sequence[SamplingParams] | None = None,
+        max_new_tokens: int = 256,
+        eos_ids: Sequence[int] = (),
+    ):
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ArgumentError("max_new_tokens", max_new_tokens, "an int >= 1")
+        prompts = [list(p) for p in prompts]
+        if not prompts or any(not p for p in prompts):
+            raise ArgumentError("prompts", prompts, "one or more non-empty lists of token ids")
+        if model.max_batch is not None and len(prompts) > model.max_batch:
+            raise ArgumentError("prompts", f"{len(prompts)} rows", f"this model decodes at most {model.max_batch}")
+        if model.context_length is not None:
+            longest = max(len(p) for p in prompts)
+            if longest + max_new_tokens > model.context_length:
+                raise ContextLengthError(longest, max_new_tokens, model.context_length)
+        per_row = _per_row(structures, len(prompts))
+        vocab_sizes = {s.vocab.size for s in per_row if s is not None}
+        if any(size > model.logits_width for size in vocab_sizes):
+            raise VocabularyError(
+                f"the structure's vocabulary has {max(vocab_sizes):,} tokens but the model's logits have "
+                f"{model.logits_width:,} columns: tokenizer and model do not match"
+            )
+        self.model = model
+        self.prompts = prompts
+        self.max_new_tokens = max_new_tokens
+        self.eos_ids = frozenset(int(t) for t in eos_ids)
+        self.rows = [DecodedRow(len(p), s.matcher() if s is not None else None) for p, s in zip(prompts, per_row)]
+        self.sampler = Sampler(sampling if sampling is not None else SamplingParams(temperature=0.0))
+        self._constrained = any(s is not None for s in per_row)
+        self._bitmask = allocate_token_bitmask(len(prompts), model.logits_width) if self._constrained else None
+        self._pad = min(self.eos_ids) if self.eos_ids else 0
+        self._started = False
+
+    @property
+    def done(self) -> bool:
+        return all(row.finish_reason is not None for row in self.rows)
+
+    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+        """Run the batch; each step yields ``(row, token)`` for every token appended in it."""
+        if self._started:
+            raise ArgumentError("Decoding", "iterated twice", "a decoding runs once; make a new one")
+        self._started = True
+        logits = self.model.prefill(self.prompts)
+        while True:
+            appended = self._step(logits)
+            if appended:
+                yield appended
+            if self.done:
+                return
+            feed = [row.tokens[-1] if row.finish_reason is None else self._pad for row in self.rows]
+            logits = self.model.extend(feed)
+
+    def run(self) -> list[DecodedRow]:
+        """Decode to the end; the rows."""
+        for _ in self:
+            pass
+        return self.rows
+
+    def _step(self, logits: Any) -> list[tuple[int, int]]:
+        rows = self.rows
+        if logits.shape[0] != len(rows) or logits.shape[-1] < self.model.logits_width:
+            raise ShapeError(f"the model returned logits of shape {tuple(logits.shape)} for {len(rows)} rows")
+        mask = None
+        if self._bitmask is not None:
+            mask = self._bitmask
+            for i, row in enumerate(rows):
+                if row.matcher is not None and row.finish_reason is None:
+                    row.matcher.fill_bitmask(mask, i)
+                else:
+                    mask[i] = -1  # free or finished: every token (a finished row's draw is ignored)
+        history = [np.asarray(row.tokens, dtype=np.int64) for row in rows]
+        drawn = self.sampler.sample(logits, history=history, mask=mask)
+        drawn = drawn.tolist() if hasattr(drawn, "tolist") else list(drawn)
+        appended: list[tuple[int, int]] = []
+        for i, (row, token) in enumerate(zip(rows, drawn)):
+            if row.finish_reason is not None:
+                continue
+            if row.matcher is not None:
+                row.matcher.advance(token)
+            if token in self.eos_ids:
+                row.finish_reason = "stop"
+                continue
+            row.tokens.append(token)
+            appended.append((i, token))
+            if len(row.tokens) >= self.max_new_tokens:
+                row.finish_reason = "length"
+            elif row.matcher is not None and self._only_end_left(row.matcher):
+                row.finish_reason = "stop"
+        return appended
+
+    def _only_end_left(self, matcher: Matcher) -> bool:
+        """Whether the structure is complete and allows nothing but the end of sequence."""
+        if not matcher.is_accepting():
+            return False
+        allowed = matcher.allowed_tokens()
+        return len(allowed) <= len(self.eos_ids) and all(int(t) in self.eos_ids for t in allowed)
+
+
+def _per_row(
+    structures: CompiledStructure | Sequence[CompiledStructure | None] | None, batch: int
+) -> list[CompiledStructure | None]:
+    if structures is None or isinstance(structures, CompiledStructure):
+        return [structures] * batch
+    per_row = list(structures)
+    if len(per_row) != batch:
+        raise ShapeError(f"{len(per_row)} structures for {batch} prompts: give one, or one per prompt")
+    return per_row

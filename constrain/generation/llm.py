@@ -1,0 +1,273 @@
+"""``constrain.LLM``: a model handle that returns typed, validated outputs in one call.
+
+::
+
+    llm = constrain.LLM()                                   # the embedded Gemma 3 270M; or LLM(model, tokenizer),
+                                                            # LLM(llama), LLM("path/to/model.gguf" or a folder)
+    person = llm.generate("Extract: Ada Lovelace, 36.\\n", output_type=Person)   # a validated Person
+    for chunk in llm.stream("Say hi: "):                    # text chunks as they come
+        print(chunk, end="")
+
+The handle holds the model, its vocabulary and (through :func:`constrain.compile`) the compiled structures, so a
+type compiles once however often it is asked for. Decoding runs in constrain's own loop
+(:class:`~constrain.decoding.loop.Decoding`) with :class:`~constrain.decoding.params.SamplingParams`; the default
+is greedy. Calls on one handle run one at a time (a lock): the model's cache holds one batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from constrain.compilers.output_types import OutputType, output_type
+from constrain.decoding.loop import DecodedRow, Decoding, FinishReason
+from constrain.decoding.params import SamplingParams
+from constrain.errors import ArgumentError, IncompleteOutputError
+from constrain.generation.backends import Backend, open_backend
+from constrain.generation.prompts import render, split_batch
+from constrain.generation.streaming import TextStream
+from constrain.runtime.matcher import CompiledStructure
+
+#: The sampling of a call that names none: greedy.
+GREEDY = SamplingParams(temperature=0.0)
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One generated output with what was spent on it."""
+
+    #: The generated text (end-of-sequence tokens left out).
+    text: str
+    #: The validated value of the output type (the text itself for free text, regexes and grammars).
+    value: Any
+    #: The generated token ids.
+    tokens: list[int]
+    #: ``"stop"``: the model or the structure ended it; ``"length"``: ``max_new_tokens`` did (free text only).
+    finish_reason: FinishReason
+    #: Tokens of the prompt as the model read it.
+    prompt_tokens: int
+    #: Wall-clock seconds of the decoding (shared by the rows of a batch).
+    seconds: float
+
+
+class LLM:
+    """A language model that generates inside structures. See the module docstring."""
+
+    def __init__(self, model: Any = None, tokenizer: Any = None):
+        self.backend: Backend = open_backend(model, tokenizer)
+        self.vocab = self.backend.vocab
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"LLM({type(self.backend).__name__}, vocab={self.vocab.size:,})"
+
+    # -- compiling -----------------------------------------------------------------------------------------------
+
+    def structure(self, output_type: Any = None, *, strict: bool = True) -> CompiledStructure | None:
+        """The compiled structure of ``output_type`` for this model (None for free text), cached."""
+        return self._resolve(output_type, strict)[1]
+
+    def _resolve(self, python_type: Any, strict: bool) -> tuple[OutputType, CompiledStructure | None]:
+        resolved = output_type(python_type)
+        options = {"strict": strict} if resolved.kind in ("json_schema", "pydantic") else {}
+        return resolved, resolved.compile(self.vocab, **options)
+
+    # -- generating ----------------------------------------------------------------------------------------------
+
+    def complete(
+        self,
+        prompt: Any,
+        output_type: Any = None,
+        *,
+        sampling: SamplingParams | None = None,
+        max_new_tokens: int = 256,
+        strict: bool = True,
+        **sampling_fields: Any,
+    ) -> Completion | list[Completion]:
+        """Like :meth:`generate`, but returns :class:`Completion` objects (text, value, tokens, finish reason)."""
+        prompts, batch = split_batch(prompt)
+        resolved, structure = self._resolve(output_type, strict)
+        params = _sampling(sampling, sampling_fields)
+        ids = [self.backend.encode(render(p, self._chat_template())) for p in prompts]
+        completions: list[Completion] = []
+        step = self.backend.max_batch or len(ids)
+        for start in range(0, len(ids), step):
+            chunk = ids[start : start + step]
+            with self._lock:
+                begun = time.perf_counter()
+                decoding = self._decoding(chunk, structure, params, max_new_tokens)
+                rows = decoding.run()
+                seconds = time.perf_counter() - begun
+            completions.extend(self._finish(row, resolved, seconds) for row in rows)
+        return completions if batch else completions[0]
+
+    def generate(
+        self,
+        prompt: Any,
+        output_type: Any = None,
+        *,
+        sampling: SamplingParams | None = None,
+        max_new_tokens: int = 256,
+        strict: bool = True,
+        **sampling_fields: Any,
+    ) -> Any:
+        """Generate one output for ``prompt`` (a string or a chat), or one per prompt of a list.
+
+        ``output_type``: what to return (see :mod:`constrain.compilers.output_types`): a Pydantic model, a
+        dataclass, a TypedDict, ``Literal[...]``, an ``Enum``, ``int``/``float``/``bool``, ``list[...]``, a
+        :class:`~constrain.Regex`, a grammar, a JSON Schema dict (returns parsed JSON), or None for text.
+        ``sampling``: a :class:`~constrain.SamplingParams`, or its fields as keywords (``temperature=0.7,
+        seed=1``); the default is greedy. ``strict=False`` relaxes what a schema says that cannot be honoured
+        exactly (with a warning) instead of refusing it.
+
+        Raises :class:`~constrain.errors.IncompleteOutputError` when ``max_new_tokens`` runs out before the
+        structure is complete, :class:`~constrain.errors.ContextLengthError` when the prompt does not fit.
+        """
+        completions = self.complete(
+            prompt, output_type, sampling=sampling, max_new_tokens=max_new_tokens, strict=strict, **sampling_fields
+        )
+        if isinstance(completions, list):
+            return [c.value for c in completions]
+        return completions.value
+
+    def stream(
+        self,
+        prompt: Any,
+        output_type: Any = None,
+        *,
+        partial: bool = False,
+        sampling: SamplingParams | None = None,
+        max_new_tokens: int = 256,
+        strict: bool = True,
+        **sampling_fields: Any,
+    ) -> Iterator[Any]:
+        """Generate for one prompt, yielding text chunks as they come; they concatenate to the output's text.
+
+        With ``partial=True`` and a JSON output type, yield instead the partial value each time it grows (plain
+        data: dicts, lists, strings, numbers, as :mod:`pydantic_core` reads unfinished JSON), and last the
+        validated value. The generation holds the handle's lock until the iterator is exhausted or closed.
+        """
+        prompts, batch = split_batch(prompt)
+        if batch:
+            raise ArgumentError("prompt", prompt, "one prompt or chat: stream() does not take a batch")
+        resolved, structure = self._resolve(output_type, strict)
+        if partial and not resolved.is_json:
+            raise ArgumentError("partial", partial, "False unless the output type is JSON")
+        params = _sampling(sampling, sampling_fields)
+        ids = [self.backend.encode(render(prompts[0], self._chat_template()))]
+        with self._lock:
+            begun = time.perf_counter()
+            decoding = self._decoding(ids, structure, params, max_new_tokens)
+            text = TextStream(self.vocab)
+            shown = None
+            for step in decoding:
+                chunk = text.push(step[0][1])
+                if not chunk:
+                    continue
+                if not partial:
+                    yield chunk
+                    continue
+                value = resolved.partial(text.text)
+                if value is not None and value != shown:
+                    shown = value
+                    yield value
+            tail = text.close()
+            if tail and not partial:
+                yield tail
+            completion = self._finish(decoding.rows[0], resolved, time.perf_counter() - begun)
+        if partial:
+            yield completion.value
+
+    async def agenerate(self, prompt: Any, output_type: Any = None, **kwargs: Any) -> Any:
+        """:meth:`generate` in a worker thread, so an event loop keeps running."""
+        return await asyncio.to_thread(self.generate, prompt, output_type, **kwargs)
+
+    async def astream(self, prompt: Any, output_type: Any = None, **kwargs: Any) -> AsyncIterator[Any]:
+        """:meth:`stream` in a worker thread; the chunks arrive as they are generated."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+
+        def produce() -> None:
+            try:
+                for item in self.stream(prompt, output_type, **kwargs):
+                    loop.call_soon_threadsafe(queue.put_nowait, ("item", item))
+            except BaseException as exc:  # handed to the consumer, which raises it
+                loop.call_soon_threadsafe(queue.put_nowait, ("error", exc))
+            else:
+                loop.call_soon_threadsafe(queue.put_nowait, ("end", None))
+
+        worker = loop.run_in_executor(None, produce)
+        try:
+            while True:
+                kind, item = await queue.get()
+                if kind == "end":
+                    break
+                if kind == "error":
+                    raise item
+                yield item
+        finally:
+            await worker
+
+    # -- decorators ----------------------------------------------------------------------------------------------
+
+    def function(self, fn: Callable[..., Any] | None = None, **options: Any) -> Any:
+        """Decorate a function whose docstring is a prompt template and whose return annotation is the output type:
+        calling it fills the template and returns the generated value. See :func:`constrain.generation.
+        decorators.llm_function`."""
+        from constrain.generation.decorators import llm_function
+
+        if fn is None:
+            return lambda f: llm_function(self, f, **options)
+        return llm_function(self, fn, **options)
+
+    # -- internals -----------------------------------------------------------------------------------------------
+
+    def _chat_template(self) -> Callable[[list[dict[str, Any]]], str] | None:
+        return self.backend.render_chat if self.backend.chat_template() else None
+
+    def _decoding(
+        self,
+        ids: list[list[int]],
+        structure: CompiledStructure | None,
+        params: SamplingParams,
+        max_new_tokens: int,
+    ) -> Decoding:
+        return Decoding(
+            self.backend,
+            ids,
+            structures=structure,
+            sampling=params,
+            max_new_tokens=max_new_tokens,
+            eos_ids=[int(t) for t in self.vocab.eos_ids],
+        )
+
+    def _finish(self, row: DecodedRow, resolved: OutputType, seconds: float) -> Completion:
+        text = self.vocab.decode(row.tokens).decode("utf-8", errors="replace")
+        if not row.complete:
+            raise IncompleteOutputError(
+                f"generation stopped after {len(row.tokens)} tokens (max_new_tokens) before the structure was "
+                "complete; raise max_new_tokens",
+                text,
+                list(row.tokens),
+            )
+        value = resolved.parse(text)
+        return Completion(text, value, list(row.tokens), row.finish_reason or "stop", row.prompt_tokens, seconds)
+
+
+def _sampling(sampling: SamplingParams | None, fields: dict[str, Any]) -> SamplingParams:
+    """The call's sampling: ``sampling`` (greedy when None) with the fields given as keywords replaced."""
+    if sampling is not None and not isinstance(sampling, SamplingParams):
+        raise ArgumentError("sampling", sampling, "a constrain.SamplingParams")
+    known = {f.name for f in dataclasses.fields(SamplingParams)}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        options = ", ".join(sorted(known))
+        raise ArgumentError(unknown[0], fields[unknown[0]], f"not a generation option; SamplingParams has {options}")
+    if sampling is None:
+        return SamplingParams(**{"temperature": 0.0, **fields}) if fields else GREEDY
+    return dataclasses.replace(sampling, **fields) if fields else sampling

@@ -1,0 +1,86 @@
+"""A llama-cpp-python ``Llama`` as a model of constrain's own decoding loop.
+
+:class:`LlamaCppModel` runs the forward passes of :class:`~constrain.decoding.loop.Decoding` with ``Llama.eval``
+and reads the last position's logits straight from llama.cpp's context, so llama.cpp's own sampler chain (and its
+ctypes callbacks) is not involved: the loop samples with :class:`~constrain.decoding.sampling.Sampler` under the
+structure's mask, as for every other model. A ``Llama`` holds one sequence, so a batch is one row; a prompt that
+starts with the tokens already evaluated reuses them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from constrain.errors import ArgumentError
+from constrain.extras import require
+from constrain.integrations.llamacpp import vocabulary_from_llama
+
+llama_cpp = require("llama_cpp", "llamacpp", feature=__name__)
+
+
+class LlamaCppModel:
+    """A ``llama_cpp.Llama`` for :class:`~constrain.decoding.loop.Decoding` and :class:`constrain.LLM`."""
+
+    max_batch = 1
+
+    def __init__(self, llm: Any):
+        if not isinstance(llm, llama_cpp.Llama):
+            raise ArgumentError("llm", llm, "a llama_cpp.Llama")
+        if getattr(llm, "draft_model", None) is not None:
+            raise ArgumentError("llm", llm, "a Llama without draft_model: this loop evaluates every token itself")
+        self.llm = llm
+        self.vocab = vocabulary_from_llama(llm)
+        self.logits_width = int(llm.n_vocab())
+        self.context_length: int | None = int(llm.n_ctx())
+
+    # -- text ----------------------------------------------------------------------------------------------------
+
+    def encode(self, text: str) -> list[int]:
+        """The prompt's token ids: a ``<bos>`` where the model wants one, and special tokens written as text
+        (``<start_of_turn>``) read as those tokens, as transformers' tokenizers read them."""
+        return list(self.llm.tokenize(text.encode("utf-8"), add_bos=True, special=True))
+
+    def chat_template(self) -> str | None:
+        """The GGUF's chat template (``tokenizer.chat_template``), or None when it has none."""
+        return self.llm.metadata.get("tokenizer.chat_template") or None
+
+    def render_chat(self, messages: Sequence[dict[str, Any]]) -> str:
+        """The messages through the GGUF's chat template, ready for the assistant's turn."""
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        template = self.chat_template()
+        if template is None:
+            raise ArgumentError("messages", messages, "a model with a chat template")
+        formatter = Jinja2ChatFormatter(
+            template, eos_token=self._piece(self.llm.token_eos()), bos_token=self._piece(self.llm.token_bos())
+        )
+        return formatter(messages=list(messages)).prompt
+
+    def _piece(self, token: int) -> str:
+        return self.llm.detokenize([token], special=True).decode("utf-8", errors="replace")
+
+    # -- forward passes ------------------------------------------------------------------------------------------
+
+    def prefill(self, prompts: Sequence[Sequence[int]]) -> Any:
+        if len(prompts) != 1:
+            raise ArgumentError("prompts", f"{len(prompts)} rows", "one row: a Llama holds one sequence")
+        prompt = list(prompts[0])
+        llm = self.llm
+        kept = 0
+        evaluated = llm.input_ids[: llm.n_tokens]
+        limit = min(len(evaluated), len(prompt) - 1)  # the last prompt token is always evaluated: its logits
+        while kept < limit and evaluated[kept] == prompt[kept]:
+            kept += 1
+        llm.n_tokens = kept  # eval drops the cache past n_tokens
+        return self._eval(prompt[kept:])
+
+    def extend(self, tokens: Sequence[int]) -> Any:
+        return self._eval([int(tokens[0])])
+
+    def _eval(self, tokens: list[int]) -> np.ndarray:
+        self.llm.eval(tokens)
+        logits = np.ctypeslib.as_array(self.llm._ctx.get_logits_ith(-1), shape=(self.logits_width,))
+        return logits.reshape(1, -1).copy()
