@@ -1,6 +1,11 @@
 """constrain: make a language model's output follow a structure exactly.
 
-Compile a structure once for a vocabulary, make a cheap matcher per sequence, and mask the logits::
+Generate typed, validated outputs in one call::
+
+    llm = constrain.LLM()                      # the embedded Gemma 3 270M, or LLM(model, tokenizer), LLM(llama)
+    person = llm.generate("Extract the person: ...", output_type=Person)   # a validated Person
+
+Or compile a structure once for a vocabulary, make a cheap matcher per sequence, and mask the logits::
 
     vocab = constrain.Vocabulary.from_tokenizer(tokenizer)
     structure = constrain.compile(r"\\d{4}-\\d{2}-\\d{2}", vocab)   # or a JSON Schema, a Pydantic type, ...
@@ -20,6 +25,12 @@ from typing import TYPE_CHECKING
 __version__ = "0.1.0"
 
 _EXPORTS = {
+    "LLM": "constrain.generation",
+    "Completion": "constrain.generation",
+    "structured": "constrain.generation",
+    "Regex": "constrain.compilers.specs",
+    "Lark": "constrain.compilers.specs",
+    "GBNF": "constrain.compilers.specs",
     "compile": "constrain.compilers.api",
     "clear_compile_cache": "constrain.compilers.api",
     "Vocabulary": "constrain.vocab",
@@ -58,6 +69,10 @@ _EXPORTS = {
     "SamplingParamsError": "constrain.errors",
     "BeamSearchError": "constrain.errors",
     "JsonSchemaError": "constrain.errors",
+    "OutputTypeError": "constrain.errors",
+    "OutputValidationError": "constrain.errors",
+    "IncompleteOutputError": "constrain.errors",
+    "ContextLengthError": "constrain.errors",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -70,6 +85,7 @@ if TYPE_CHECKING:
     from constrain.compilers.lark import compile_lark
     from constrain.compilers.pydantic import compile_pydantic
     from constrain.compilers.regex import compile_regex
+    from constrain.compilers.specs import GBNF, Lark, Regex
     from constrain.decoding import Sampler, SamplingParams, beam_search
     from constrain.errors import (
         AmbiguityError,
@@ -77,12 +93,16 @@ if TYPE_CHECKING:
         BeamSearchError,
         CompileTimeout,
         ConstrainError,
+        ContextLengthError,
         DeadEndError,
         DepthError,
         GrammarError,
         GrammarSyntaxError,
+        IncompleteOutputError,
         JsonSchemaError,
         LogitsError,
+        OutputTypeError,
+        OutputValidationError,
         PydanticSchemaError,
         RegexError,
         SamplingParamsError,
@@ -91,6 +111,7 @@ if TYPE_CHECKING:
         TokenError,
         VocabularyError,
     )
+    from constrain.generation import LLM, Completion, structured
     from constrain.integrations.transformers import generate
     from constrain.kernels import allocate_token_bitmask, apply_token_bitmask, bitmask_to_bool, bool_to_bitmask
     from constrain.runtime import CompiledStructure, Matcher, compile_grammar
