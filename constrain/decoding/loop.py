@@ -74,7 +74,7 @@ class Decoding:
 
     ``prompts``: token ids per row. ``structures``: None (free text), one structure for every row, or one per row
     (None for a free row). ``sampling``: one :class:`SamplingParams` for every row or one per row.
-    ``eos_ids``: the tokens that end a row (the structures' vocabulary's, when any structure is given).
+    ``eos_ids``: the tokens that end a row; a structured row also ends on its vocabulary's end-of-sequence ids.
     """
 
     def __init__(
@@ -162,7 +162,7 @@ class Decoding:
                 continue
             if row.matcher is not None:
                 row.matcher.advance(token)
-            if token in self.eos_ids:
+            if token in self.eos_ids or (row.matcher is not None and row.matcher.is_finished()):
                 row.finish_reason = "stop"
                 continue
             row.tokens.append(token)
@@ -173,12 +173,14 @@ class Decoding:
                 row.finish_reason = "stop"
         return appended
 
-    def _only_end_left(self, matcher: Matcher) -> bool:
+    @staticmethod
+    def _only_end_left(matcher: Matcher) -> bool:
         """Whether the structure is complete and allows nothing but the end of sequence."""
         if not matcher.is_accepting():
             return False
+        ends = matcher.structure.eos_ids
         allowed = matcher.allowed_tokens()
-        return len(allowed) <= len(self.eos_ids) and all(int(t) in self.eos_ids for t in allowed)
+        return len(allowed) <= len(ends) and all(int(t) in ends for t in allowed)
 
 
 def _per_row(
