@@ -14,7 +14,7 @@ each ``T``:
   decimal, a bool as ``true`` / ``false`` (``"choices"``); the ``Literal``'s own value.
 - An ``Enum`` whose values are ``str`` or ``int``: one of the values' texts (``"choices"``); the member.
 - A JSON Schema (a ``dict`` or a ``bool``): JSON (``"json_schema"``); ``json.loads(text)``, checked by
-  ``jsonschema`` (the validator of the schema's dialect, formats checked).
+  ``jsonschema`` in the schema's dialect as the JSON compiler reads it, formats included.
 - A list or tuple of ``str``: one of them (``"choices"``); the text.
 - :class:`~constrain.compilers.specs.Regex`, :class:`~constrain.compilers.specs.Lark`,
   :class:`~constrain.compilers.specs.GBNF`: the wrapped spec (``"regex"``, ``"lark"``, ``"gbnf"``); the text.
@@ -51,6 +51,7 @@ import typing_extensions
 from pydantic import TypeAdapter, ValidationError
 
 from constrain.compilers import api
+from constrain.compilers.json_schema.document import _Document
 from constrain.compilers.pydantic import pydantic_schema
 from constrain.errors import ArgumentError, OutputTypeError, OutputValidationError, VocabularyError
 from constrain.grammar.ir import Grammar
@@ -153,7 +154,7 @@ def output_type(python_type: Any) -> OutputType[Any]:
     if type(t) in api.WRAPPER_KINDS:
         return OutputType(t, t, api.WRAPPER_KINDS[type(t)], False, _as_is)
     if isinstance(t, (dict, bool)):
-        return OutputType(t, t, "json_schema", True, functools.partial(_read_json, t))
+        return _json_schema(t)
     if isinstance(t, (list, tuple)):
         if not t or not all(isinstance(choice, str) for choice in t):
             raise OutputTypeError("a list of choices must be a non-empty list of str", t)
@@ -233,22 +234,26 @@ def _texts(python_type: Any, values: Iterable[Any], value_of: Callable[[Any], An
     return texts
 
 
-def _read_json(schema: Any, text: str) -> Any:
-    """``text`` as JSON, checked against ``schema`` by jsonschema, formats included."""
-    from jsonschema import exceptions, validators  # imported when used: it takes a while
+def _json_schema(schema: Any) -> OutputType[Any]:
+    """JSON checked against ``schema`` by jsonschema, formats included, in the dialect the JSON compiler reads it
+    in (a schema without ``$schema`` that only draft-07 reads, with ``items`` a list say, is draft-07)."""
+    validator = functools.cache(lambda: _Document(schema).validator())  # made at the first parse
 
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise OutputValidationError(f"the output is not JSON: {exc}", text) from None
-    cls = validators.validator_for(schema)
-    errors = list(cls(schema, format_checker=cls.FORMAT_CHECKER).iter_errors(value))
-    if errors:
-        best = exceptions.best_match(errors)
-        raise OutputValidationError(
-            f"the JSON Schema refuses the output at {best.json_path}: {best.message}", text, errors
-        )
-    return value
+    def read(text: str) -> Any:
+        from jsonschema.exceptions import best_match
+
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise OutputValidationError(f"the output is not JSON: {exc}", text) from None
+        errors = list(validator().iter_errors(value))
+        if errors:
+            best = best_match(errors)
+            message = f"the JSON Schema refuses the output at {best.json_path}: {best.message}"
+            raise OutputValidationError(message, text, errors)
+        return value
+
+    return OutputType(schema, schema, "json_schema", True, read)
 
 
 def _pydantic(python_type: Any) -> OutputType[Any]:

@@ -356,6 +356,11 @@ def test_a_json_schema_refusal_carries_the_text_and_errors():
     with pytest.raises(OutputValidationError):
         output_type({"type": "string", "format": "date"}).parse('"2024-13-01"')
     assert output_type(True).parse("[1]") == [1]
+    # no $schema and items as a list: draft-07, as the compiler reads it (2020-12 would not take the list)
+    draft7 = output_type({"type": "array", "items": [{"type": "integer"}], "additionalItems": False})
+    assert draft7.parse("[1]") == [1]
+    with pytest.raises(OutputValidationError, match="Additional items"):
+        draft7.parse("[1,2]")
 
 
 def test_choices_refuse_other_texts():
