@@ -95,8 +95,9 @@ class OutputType(Generic[T]):
     def compile(self, vocab: Vocabulary, **options: Any) -> CompiledStructure | None:
         """The structure for ``vocab``, through :func:`constrain.compile` (so cached; ``options`` are its keyword
         options), or None for free text. A ``CompiledStructure`` given as the output type is returned as it is,
-        once its vocabulary is checked (VocabularyError for another). Options that apply to neither of those two
-        (all but ``strict``, whose only mode they have) are refused, as :func:`constrain.compile` refuses them."""
+        once its vocabulary is checked (VocabularyError for another). No option applies to those two: one given
+        (``strict`` aside, which every kind takes) is refused, as :func:`constrain.compile` refuses one that does
+        not apply."""
         if self.kind in ("text", "structure"):
             for name, value in options.items():
                 if value is not None and name != "strict":
