@@ -25,6 +25,11 @@ Scalars are bare text, not JSON, because that is what a model writes after ``Ans
 (``Annotated[...]``, ``conint``, ``PositiveInt``...) goes through pydantic's JSON instead, which honours its
 constraints: for numbers the text is the same bare number, for strings it is a quoted JSON string.
 
+A bare answer (``int``, ``float``, ``bool``, a ``Literal``, an ``Enum``, a list of choices) may end with one
+newline, and the value leaves it out. A base model ends an answer line that way; without the newline, an integer
+could only end where the model picks the end-of-sequence token, and a model that wants a newline after ``4``
+would be pushed into writing ``40000...`` instead.
+
 Refused: anything else (an instance of an arbitrary class, a function, a module, a ``bytes`` value...) raises
 :class:`~constrain.errors.OutputTypeError`, as does a ``Literal`` or ``Enum`` with a value of another type, or with
 two values written the same. A type pydantic cannot write a JSON Schema for raises
@@ -162,7 +167,8 @@ def output_type(python_type: Any) -> OutputType[Any]:
         return _choices(t, {choice: choice for choice in t})
     if t is int or t is float:
         pattern = INT_PATTERN if t is int else FLOAT_PATTERN
-        return OutputType(t, pattern, "regex", False, functools.partial(_read_number, t, re.compile(pattern)))
+        read = functools.partial(_read_number, t, re.compile(pattern))
+        return OutputType(t, f"({pattern})\n?", "regex", False, read)
     if t is bool:
         return _choices(t, {"true": True, "false": False})
     if typing.get_origin(t) is typing.Literal:
@@ -191,9 +197,9 @@ def _as_is(text: str) -> str:
 def _read_number(number_type: type, pattern: re.Pattern[str], text: str) -> int | float:
     """``text`` as ``number_type``, when it is written as the structure writes one (``int()`` and ``float()``
     alone would also take spaces, ``_`` and ``nan``)."""
-    if pattern.fullmatch(text) is not None:
+    if pattern.fullmatch(_line(text)) is not None:
         try:
-            return number_type(text)
+            return number_type(_line(text))
         except ValueError:  # an int of more digits than sys.get_int_max_str_digits()
             pass
     raise OutputValidationError(f"the output is not a bare {number_type.__name__}", text)
@@ -204,11 +210,17 @@ def _choices(python_type: Any, values: Mapping[str, Any]) -> OutputType[Any]:
 
     def read(text: str) -> Any:
         try:
-            return values[text]
+            return values[_line(text)]
         except KeyError:
             raise OutputValidationError(f"the output is none of {list(values)}", text) from None
 
-    return OutputType(python_type, tuple(values), "choices", False, read)
+    ended = tuple(f"{text}\n" for text in values if f"{text}\n" not in values)  # "a" and "a\n" both given: once
+    return OutputType(python_type, (*values, *ended), "choices", False, read)
+
+
+def _line(text: str) -> str:
+    """A bare answer without the one newline that may end it."""
+    return text[:-1] if text.endswith("\n") else text
 
 
 def _texts(python_type: Any, values: Iterable[Any], value_of: Callable[[Any], Any]) -> dict[str, Any]:

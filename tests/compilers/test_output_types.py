@@ -178,15 +178,19 @@ def test_recursive_walks_nest(gemma_vocab, weights):
 
 
 def test_scalars_are_bare_text():
-    assert (output_type(int).spec, output_type(float).spec) == (INT_PATTERN, FLOAT_PATTERN)
-    assert output_type(bool).spec == ("true", "false")
-    assert output_type(Literal["x", 7, False]).spec == ("x", "7", "false")
-    assert output_type(Color).spec == ("red", "green")
-    assert output_type(Level).spec == ("1", "10")
+    """Each may end with one newline, which the value leaves out."""
+    assert (output_type(int).spec, output_type(float).spec) == (f"({INT_PATTERN})\n?", f"({FLOAT_PATTERN})\n?")
+    assert output_type(bool).spec == ("true", "false", "true\n", "false\n")
+    assert output_type(Literal["x", 7, False]).spec == ("x", "7", "false", "x\n", "7\n", "false\n")
+    assert output_type(Color).spec == ("red", "green", "red\n", "green\n")
+    assert output_type(Level).spec == ("1", "10", "1\n", "10\n")
     assert output_type(Level).parse("10") is Level.HIGH
+    assert output_type(Level).parse("10\n") is Level.HIGH
+    assert output_type(int).parse("-42\n") == -42
     assert output_type(Literal[1, True]).parse("true") is True
     assert output_type(float).parse("-1.5e3") == -1500.0
-    for python_type, text in [(int, " 1"), (int, "1_000"), (int, "01"), (float, "nan"), (float, "1."), (bool, "True")]:
+    refused = [(int, " 1"), (int, "1_000"), (int, "01"), (int, "1\n\n"), (float, "nan"), (float, "1."), (bool, "True")]
+    for python_type, text in refused:
         with pytest.raises(OutputValidationError) as caught:
             output_type(python_type).parse(text)
         assert caught.value.text == text
