@@ -121,6 +121,8 @@ def test_scalars_literals_and_enums(llm):
     sentiment = Literal["positive", "negative"]
     assert llm.generate("Review: 'I loved it.' Sentiment: ", sentiment) in ("positive", "negative")
     assert isinstance(llm.generate("Colour of the sky: ", Colour), Colour)
+    answer = llm.complete("2+2=", int)  # the model ends the line after the number: the newline lets it
+    assert isinstance(answer.value, int) and answer.text == f"{answer.value}\n"
     assert isinstance(llm.generate("Is the sky blue (true or false)? ", bool), bool)
     assert llm.generate("Answer with one of yes/no. Is water wet? ", ["yes", "no"]) in ("yes", "no")
 
