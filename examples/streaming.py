@@ -36,11 +36,11 @@ def stream_text(llm: constrain.LLM) -> bool:
     """Free text (no output_type), printed as it comes; True if the chunks join to what generate() returns."""
     prompt = "The three primary colours are"
     chunks = []
-    for chunk in llm.stream(prompt, max_new_tokens=7):
+    for chunk in llm.stream(prompt, max_new_tokens=6):
         print(f"[{chunk}]", end="", flush=True)
         chunks.append(chunk)
     print()
-    return "".join(chunks) == llm.generate(prompt, max_new_tokens=7)  # greedy: the same text
+    return "".join(chunks) == llm.generate(prompt, max_new_tokens=6)  # greedy: the same text
 
 
 def stream_partial(llm: constrain.LLM) -> Book:
