@@ -12,7 +12,7 @@ Neither retries: every output is valid for its type by construction.
 """
 
 import sys
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -40,14 +40,10 @@ def sentiment(review: str) -> Literal["positive", "negative", "neutral"]:
     Sentiment:"""
 
 
-# A bounded int goes through pydantic's schema: still written as a bare number, but of four digits at most here,
-# so the model cannot run on after the year (a plain `int` has no end but max_new_tokens).
-Year = Annotated[int, Field(ge=1000, le=2100)]
-
-
-# A parameter's default fills the template too.
+# A parameter's default fills the template too. An int is written as a bare number, which may end with one
+# newline: that is where a base model ends an answer line, and the value leaves it out.
 @llm.function(max_new_tokens=8)
-def year_of(event: str, example: str = "Q: When did the French Revolution begin?\nA: 1789") -> Year:
+def year_of(event: str, example: str = "Q: When did the French Revolution begin?\nA: 1789") -> int:
     """{example}
 
     Q: When did {event}?
@@ -72,7 +68,7 @@ def main() -> int:
     valid = (
         isinstance(capital, Capital)
         and all(label in ("positive", "negative", "neutral") for label in labels)
-        and 1000 <= year <= 2100
+        and isinstance(year, int)
     )
     print("valid: a Capital, two sentiment labels and a year" if valid else "invalid")
     return 0 if valid else 1
