@@ -30,9 +30,10 @@ if ! stamped demo; then
   # The pinned CPU build of torch first: an unpinned torch would pull a CUDA build of several GB.
   pip install -q "torch==2.13.0"
   pip install -q -e ".[demo]"
-  # Compile numba's determinisation kernels into its on-disk cache now (about a minute): those only a large automaton
-  # reaches would otherwise be compiled in the middle of the first such compile.
-  "$py" -c "from constrain.automata import compile_kernels; compile_kernels()"
+  # Compile numba's kernels into its on-disk cache now (about a minute): every kernel a compile, a mask or an advance
+  # reaches (constrain.compilers.warmup, which includes the determinisation kernels of compile_kernels), so that no
+  # first compile or first decoding step pays for one. Later processes load them in about a second.
+  "$py" -c "from constrain.compilers.warmup import warmup; warmup()"
   echo "$want" > .venv/.constrain-demo
 fi
 if [ "$level" = demo ]; then

@@ -1,0 +1,78 @@
+"""constrain.compilers.warmup: after warmup(), a new structure compiles and masks without numba compiling anything."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from constrain.compilers.warmup import warmup
+
+# Run in a fresh process (nothing loaded yet) with an empty constrain cache (no walk read back from disk, so every
+# kernel a new walk needs is called): after warmup(), a JSON Schema warmup never saw, on a vocabulary it never saw,
+# is compiled and walked under masks; every numba dispatcher of constrain then lists the signatures it had before.
+_PROBE = textwrap.dedent(
+    """
+    import json, sys
+    from numba.core.dispatcher import Dispatcher
+
+    def signatures():
+        found = {}
+        for name, module in list(sys.modules.items()):
+            if name.startswith("constrain") and module is not None:
+                for attr, value in vars(module).items():
+                    if isinstance(value, Dispatcher):
+                        found[f"{value.py_func.__module__}.{value.py_func.__name__}"] = set(map(str, value.signatures))
+        return found
+
+    from constrain.compilers.warmup import warmup
+    print("warmup", warmup(), "again", warmup(), file=sys.stderr)
+    before = signatures()
+
+    import constrain
+    from constrain.testing import random_vocabulary, random_walk, token_length_weights
+
+    units = ['{"', '":', '","', '"}', "[", "]", ",", "true", "null", "id", "name", "é", "ab", "12", " ", "-", ".5"]
+    vocab = random_vocabulary(units, count=2000, seed=7, all_bytes=True)
+    schema = {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string", "format": "uuid"},
+            "when": {"type": "string", "format": "date-time"},
+            "size": {"type": "number", "minimum": -5, "exclusiveMaximum": 1e6},
+            "count": {"type": "integer", "minimum": 3, "maximum": 4000},
+            "state": {"enum": ["open", "closed", 7, None]},
+            "code": {"type": "string", "pattern": "^[A-Z]{2}[0-9]+$", "maxLength": 9},
+            "items": {"type": "array", "items": {"$ref": "#/$defs/item"}, "minItems": 1, "maxItems": 4},
+            "meta": {"type": "object", "properties": {"k": {"type": "boolean"}}},
+            "either": {"oneOf": [{"type": "string", "maxLength": 3}, {"type": "array", "items": {"type": "number"}}]},
+        },
+        "required": ["id", "items"],
+        "$defs": {"item": {"type": "object", "properties": {"name": {"type": "string"}, "tags": {"type": "array"}},
+                           "required": ["name"], "additionalProperties": False}},
+    }
+    structure = constrain.compile(schema, vocab)
+    weights = token_length_weights(vocab)
+    for seed in range(8):
+        random_walk(structure, seed, max_tokens=300, stop=0.3, weights=weights)
+    after = signatures()
+    new = {k: sorted(v - before.get(k, set())) for k, v in after.items() if v - before.get(k, set())}
+    print(json.dumps(new))
+    """
+)
+
+
+def test_after_warmup_a_new_schema_compiles_no_kernel(tmp_path):
+    env = {**os.environ, "CONSTRAIN_CACHE_DIR": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=600, check=True
+    )
+    new = json.loads(out.stdout.strip().splitlines()[-1])
+    assert new == {}, f"kernels compiled or loaded after warmup(): {new}"
+
+
+def test_warmup_is_idempotent_and_fast_the_second_time():
+    warmup()
+    assert warmup() < 0.5
