@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import typing
+import warnings
 from collections.abc import Hashable
 from typing import Any, Literal
 
@@ -47,6 +48,12 @@ _JSON_KINDS = ("json_schema", "pydantic")
 WRAPPER_KINDS: dict[type, str] = {Regex: "regex", Lark: "lark", GBNF: "gbnf"}
 
 
+class RelaxationWarning(UserWarning):
+    """``strict=False`` relaxed part of a JSON Schema or Pydantic type that cannot be honoured exactly: the output
+    may break what the listed keywords say. Warned once per compile (a structure from the cache is not warned
+    about again); ``structure.relaxations`` keeps the list."""
+
+
 def compile(  # noqa: A001 - the package's entry point, read as constrain.compile
     spec: Any,
     vocab: Vocabulary,
@@ -65,11 +72,12 @@ def compile(  # noqa: A001 - the package's entry point, read as constrain.compil
 
     ``kind`` says how to read ``spec`` when its type does not (a ``str`` is a regex unless ``kind`` is ``"lark"``,
     ``"gbnf"`` or ``"json_schema"``). ``strict`` (default): a JSON Schema or Pydantic keyword that cannot be honoured
-    exactly is refused with its JSON pointer; ``strict=False`` relaxes it and lists it in
-    ``structure.relaxations``. ``whitespace`` (``"compact"``, ``"flexible"``, ``"indent"``), ``max_whitespace`` and
-    ``additional_properties_default`` apply to JSON Schema and Pydantic; ``start`` names a grammar's start rule
-    (Lark: ``"start"``, GBNF: ``"root"``). ``time_limit`` bounds the compile in CPU seconds (None: no bound).
-    ``cache_bytes`` bounds the structure's mask cache. ``cache=False`` neither reads nor fills the compile cache.
+    exactly is refused with its JSON pointer; ``strict=False`` relaxes it, lists it in ``structure.relaxations``
+    and warns (:class:`RelaxationWarning`) when it compiles anew. ``whitespace`` (``"compact"``, ``"flexible"``,
+    ``"indent"``), ``max_whitespace`` and ``additional_properties_default`` apply to JSON Schema and Pydantic;
+    ``start`` names a grammar's start rule (Lark: ``"start"``, GBNF: ``"root"``). ``time_limit`` bounds the compile
+    in CPU seconds (None: no bound). ``cache_bytes`` bounds the structure's mask cache. ``cache=False`` neither
+    reads nor fills the compile cache.
 
     Raises :class:`~constrain.errors.StructureError` (or a subclass naming the place: ``RegexError``,
     ``JsonSchemaError``, ``GrammarSyntaxError``...) for a spec that is malformed, unsupported, or not compiled
@@ -92,9 +100,17 @@ def compile(  # noqa: A001 - the package's entry point, read as constrain.compil
         if hit is not None:
             return hit
     structure = _compile(spec, vocab, kind, options, time_limit, cache_bytes)
+    relaxations = getattr(structure, "relaxations", None)
+    if relaxations:
+        warnings.warn(_relaxation_message(relaxations), RelaxationWarning, stacklevel=2)
     if key is not None:
         _COMPILED.put(key, structure, max(structure.nbytes, COMPILE_CACHE_BYTES // COMPILE_CACHE_ENTRIES))
     return structure
+
+
+def _relaxation_message(relaxations: list[str]) -> str:
+    listed = "; ".join(relaxations)
+    return f"lenient mode (strict=False) relaxed {len(relaxations)} part(s) of the schema: {listed}"
 
 
 def clear_compile_cache() -> None:
