@@ -38,9 +38,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
-import sys
 import tempfile
 import threading
 import time
@@ -62,6 +62,7 @@ _MARKER = "constrain-source.json"
 _LAYOUT = 1  # bump when the saved folder's layout changes, to force a rebuild
 _GEMMA_EOS = ("<eos>", "<end_of_turn>")
 _lock = threading.Lock()
+logger = logging.getLogger(__name__)
 
 
 def gguf_model_path() -> Path:
@@ -98,10 +99,6 @@ def _marker_ok(folder: Path, expected: dict[str, Any]) -> bool:
     return ok and (folder / "config.json").is_file() and any(folder.glob("*.safetensors"))
 
 
-def _say(msg: str) -> None:
-    print(f"constrain: {msg}", file=sys.stderr, flush=True)
-
-
 @contextlib.contextmanager
 def _file_lock(path: Path) -> Iterator[None]:
     """An exclusive lock across processes (POSIX ``flock``; in-process only where that is missing)."""
@@ -122,37 +119,51 @@ def _file_lock(path: Path) -> Iterator[None]:
 def _convert(folder: Path, marker: dict[str, Any]) -> None:
     """Dequantise the GGUF with transformers and save it as safetensors in ``folder``, atomically."""
     import torch
+    from tqdm.auto import tqdm  # a dependency of transformers
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
     t0 = time.perf_counter()
     path = gemma_gguf_path()
-    _say(f"converting the Gemma 3 270M GGUF to safetensors (once, 1-2 min) -> {folder}")
-    _say("[1/4] reading the GGUF's configuration")
-    config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
-    # transformers names the GGUF's tensors after the parameters of a model instance: a weightless one will do.
-    with torch.device("meta"):
-        skeleton = AutoModelForCausalLM.from_config(config)
-    _say("[2/4] dequantising the weights")
-    tensors = load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=skeleton, torch_dtype=torch.float32)
-    model_class = type(skeleton)  # Auto classes want a path; the concrete class also takes a bare state dict
-    del skeleton
-    _say("[3/4] building the model")
-    model, info = model_class.from_pretrained(
-        None, config=config, state_dict=tensors["tensors"], dtype=torch.float32, output_loading_info=True
-    )
-    tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
-    missing = set(info.get("missing_keys", ())) - tied
-    unexpected = set(info.get("unexpected_keys", ()))
-    if missing or unexpected:
-        raise ConstrainError(
-            f"the GGUF {path} does not match transformers' {type(model).__name__}: "
-            f"missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}"
+    logger.info("converting the Gemma 3 270M GGUF to safetensors (once, 1-2 min) -> %s", folder)
+    # A bar where stderr is a terminal; the log says when it starts and ends, and at DEBUG each step.
+    with tqdm(total=4, desc="converting Gemma 3 270M", unit="step", disable=None, leave=False) as bar:
+
+        def step(what: str) -> None:
+            logger.debug("[%d/4] %s", bar.n + 1, what)
+            bar.set_postfix_str(what)
+
+        step("reading the GGUF's configuration")
+        config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+        # transformers names the GGUF's tensors after the parameters of a model instance: a weightless one will do.
+        with torch.device("meta"):
+            skeleton = AutoModelForCausalLM.from_config(config)
+        bar.update()
+        step("dequantising the weights")
+        tensors = load_gguf_checkpoint(
+            str(path), return_tensors=True, model_to_load=skeleton, torch_dtype=torch.float32
         )
-    del tensors
-    _say(f"[4/4] saving the safetensors ({time.perf_counter() - t0:.0f} s so far)")
-    _save_atomically(model, folder, marker)
-    _say(f"converted and cached in {time.perf_counter() - t0:.0f} s")
+        model_class = type(skeleton)  # Auto classes want a path; the concrete class also takes a bare state dict
+        del skeleton
+        bar.update()
+        step("building the model")
+        model, info = model_class.from_pretrained(
+            None, config=config, state_dict=tensors["tensors"], dtype=torch.float32, output_loading_info=True
+        )
+        tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
+        missing = set(info.get("missing_keys", ())) - tied
+        unexpected = set(info.get("unexpected_keys", ()))
+        if missing or unexpected:
+            raise ConstrainError(
+                f"the GGUF {path} does not match transformers' {type(model).__name__}: "
+                f"missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}"
+            )
+        del tensors
+        bar.update()
+        step("saving the safetensors")
+        _save_atomically(model, folder, marker)
+        bar.update()
+    logger.info("converted and cached in %.0f s", time.perf_counter() - t0)
 
 
 def _save_atomically(model: Any, folder: Path, marker: dict[str, Any]) -> None:
@@ -189,9 +200,9 @@ def load_default_model(*, dtype: torch.dtype | None = None, device: str | torch.
     """Gemma 3 270M (base) as a transformers causal LM in eval mode, and its tokenizer.
 
     ``dtype`` defaults to ``torch.float32`` (faster than bfloat16 on CPU here, see the module docstring).
-    The first call converts the GGUF (1-2 minutes, progress on stderr); later calls load the cached safetensors
-    in a few seconds. Nothing is fetched from the network. The model's generation config stops on both
-    :func:`default_eos_ids`.
+    The first call converts the GGUF (1-2 minutes; the ``constrain`` logger says so, with a progress bar on a
+    terminal); later calls load the cached safetensors in a few seconds. Nothing is fetched from the network. The
+    model's generation config stops on both :func:`default_eos_ids`.
     """
     check_installed("torch", "transformers", "gguf", extra="demo", feature="load_default_model")
     import torch
