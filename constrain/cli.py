@@ -64,7 +64,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="constrain", description=__doc__.split("\n")[0])
+    parser = _Parser(
+        prog="constrain",
+        description="Exact structured generation: generate inside a structure, compile or check one, warm up, "
+        "benchmark, demo. Exit codes: 0 done, 1 no (rejected, incomplete or invalid output), 2 bad input.",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level (default: INFO)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
