@@ -313,11 +313,13 @@ def generate(args: argparse.Namespace) -> int:
     )
     text = TextStream(llm.vocab)
     began = time.perf_counter()
-    for step in decoding:
-        sys.stdout.write(text.push(step[0][1]))
+    try:
+        for step in decoding:
+            sys.stdout.write(text.push(step[0][1]))
+            sys.stdout.flush()
+    finally:  # the line ends even when the decoding stops on an error
+        sys.stdout.write(text.close() + "\n")
         sys.stdout.flush()
-    sys.stdout.write(text.close() + "\n")
-    sys.stdout.flush()
     seconds = time.perf_counter() - began
     row = decoding.rows[0]
     _say(
