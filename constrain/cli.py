@@ -117,7 +117,7 @@ def _spec_flags(parser: argparse.ArgumentParser, *, required: bool) -> None:
     group.add_argument("--pydantic", metavar="MODULE:TYPE", help="a Pydantic model or other type, from a module")
     group.add_argument("--regex", metavar="PATTERN", help="a regular expression the whole output matches")
     group.add_argument("--grammar", metavar="NAME|FILE", help="a bundled grammar (json.gbnf...) or a .lark/.gbnf file")
-    group.add_argument("--choices", metavar="A,B,C", help="one of these comma-separated texts")
+    group.add_argument("--choices", metavar="A,B,C", help="one of these texts, as written between the commas")
     parser.add_argument(
         "--lenient", action="store_true", help="relax (and list) what a schema says that cannot be honoured exactly"
     )
@@ -188,9 +188,9 @@ def _spec(args: argparse.Namespace) -> Any:
             return GBNF(text)
         raise CommandError(f"--grammar {name}: a bundled grammar ({', '.join(grammars.names())}) or a .lark/.gbnf file")
     if args.choices is not None:
-        choices = [c.strip() for c in args.choices.split(",") if c.strip()]
-        if not choices:
-            raise CommandError("--choices: give one or more comma-separated texts")
+        choices = args.choices.split(",")  # as written: a leading space can be part of a choice
+        if "" in choices:
+            raise CommandError(f"--choices {args.choices!r}: an empty choice")
         return choices
     return None
 
@@ -290,7 +290,7 @@ def _compile(spec: Any, vocab: Vocabulary, lenient: bool) -> tuple[Any, float]:
 
 
 def generate(args: argparse.Namespace) -> int:
-    """Stream the output to stdout, then a newline; the figures on stderr."""
+    """Stream the output to stdout, then a newline unless it ends with one; the figures on stderr."""
     from constrain.compilers.output_types import output_type
     from constrain.decoding.loop import Decoding
     from constrain.decoding.params import SamplingParams
@@ -317,8 +317,9 @@ def generate(args: argparse.Namespace) -> int:
         for step in decoding:
             sys.stdout.write(text.push(step[0][1]))
             sys.stdout.flush()
-    finally:  # the line ends even when the decoding stops on an error
-        sys.stdout.write(text.close() + "\n")
+    finally:  # the line ends (once) even when the decoding stops on an error
+        tail = text.close()
+        sys.stdout.write(tail if text.text.endswith("\n") else tail + "\n")
         sys.stdout.flush()
     seconds = time.perf_counter() - began
     row = decoding.rows[0]
