@@ -32,6 +32,8 @@ _EXPORTS = {
     "Lark": "constrain.compilers.specs",
     "GBNF": "constrain.compilers.specs",
     "compile": "constrain.compilers.api",
+    "RelaxationWarning": "constrain.compilers.api",
+    "warmup": "constrain.compilers.warmup",
     "clear_compile_cache": "constrain.compilers.api",
     "Vocabulary": "constrain.vocab",
     "CompiledStructure": "constrain.runtime",
@@ -78,7 +80,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
-    from constrain.compilers.api import clear_compile_cache, compile
+    from constrain.compilers.api import RelaxationWarning, clear_compile_cache, compile
     from constrain.compilers.choices import compile_choices
     from constrain.compilers.gbnf import compile_gbnf
     from constrain.compilers.json_schema import compile_json_schema
@@ -86,6 +88,7 @@ if TYPE_CHECKING:
     from constrain.compilers.pydantic import compile_pydantic
     from constrain.compilers.regex import compile_regex
     from constrain.compilers.specs import GBNF, Lark, Regex
+    from constrain.compilers.warmup import warmup
     from constrain.decoding import Sampler, SamplingParams, beam_search
     from constrain.errors import (
         AmbiguityError,
@@ -118,7 +121,13 @@ if TYPE_CHECKING:
     from constrain.vocab import Vocabulary
 
 
+#: Subpackages reachable as attributes (``constrain.models.gguf_model_path()``), imported on first use.
+_SUBPACKAGES = frozenset({"decoding", "generation", "grammars", "integrations", "models", "testing"})
+
+
 def __getattr__(name: str):
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"constrain.{name}")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'constrain' has no attribute {name!r}")
