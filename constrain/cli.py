@@ -81,6 +81,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=0, help="default 0: no top-k")
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument(
+        "--fast-forward",
+        choices=("off", "tokens", "text"),
+        default=None,
+        help="append what the structure forces without sampling: 'tokens' (output unchanged), 'text' (the forced "
+        "text in the tokenizer's own split; the default for JSON) or 'off'",
+    )
     p.set_defaults(run=generate)
 
     p = commands.add_parser("compile", help="compile a structure and say what it is and costs")
@@ -310,12 +317,14 @@ def generate(args: argparse.Namespace) -> int:
         sampling=sampling,
         max_new_tokens=args.max_new_tokens,
         eos_ids=[int(t) for t in llm.vocab.eos_ids],
+        fast_forward=args.fast_forward or ("text" if resolved.is_json else "tokens"),
+        tokenize=llm.backend.tokenize,
     )
     text = TextStream(llm.vocab)
     began = time.perf_counter()
     try:
         for step in decoding:
-            sys.stdout.write(text.push(step[0][1]))
+            sys.stdout.write("".join(text.push(token) for _, token in step))
             sys.stdout.flush()
     finally:  # the line ends (once) even when the decoding stops on an error
         tail = text.close()
@@ -324,8 +333,8 @@ def generate(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - began
     row = decoding.rows[0]
     _say(
-        f"{len(row.tokens)} tokens in {seconds:.1f} s ({len(row.tokens) / seconds:.1f} tokens/s), "
-        f"prompt {row.prompt_tokens} tokens, finished: {row.finish_reason}"
+        f"{len(row.tokens)} tokens ({row.forced} forced) in {seconds:.1f} s ({len(row.tokens) / seconds:.1f} "
+        f"tokens/s), prompt {row.prompt_tokens} tokens, finished: {row.finish_reason}"
     )
     if not row.complete:
         _say(f"error: the output is incomplete after {len(row.tokens)} tokens; raise --max-new-tokens")

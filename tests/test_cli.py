@@ -127,14 +127,19 @@ def test_generate_a_regex():
     )
     assert result.returncode == 0, result.stderr
     assert re.fullmatch(r" \d{4}-\d{2}-\d{2}\n", result.stdout)
-    assert re.search(r"\d+ tokens in [\d.]+ s \([\d.]+ tokens/s\)", result.stderr)
+    assert re.search(r"\d+ tokens \(\d+ forced\) in [\d.]+ s \([\d.]+ tokens/s\)", result.stderr)
 
 
 def test_generate_a_schema(person):
     result = run("generate", "Text: Ada Lovelace was 36.\nJSON: ", "--schema", str(person), "--max-new-tokens", "40")
     assert result.returncode == 0, result.stderr
     jsonschema.validate(json.loads(result.stdout), PERSON)
-    assert "tokens/s" in result.stderr
+    forced = int(re.search(r"\((\d+) forced\)", result.stderr).group(1))
+    assert forced > 0  # JSON forces its keys' text by default
+    plain = run("generate", "Text: Ada Lovelace was 36.\nJSON: ", "--schema", str(person), "--fast-forward", "off")
+    assert plain.returncode == 0, plain.stderr
+    jsonschema.validate(json.loads(plain.stdout), PERSON)
+    assert "(0 forced)" in plain.stderr
 
 
 def test_generate_out_of_tokens_exits_1(person):

@@ -1,17 +1,20 @@
 """The decoding loop: prompts in, tokens out, each row inside its structure, on any model that gives logits.
 
-A model plugs in through :class:`LogitsModel`: it reads prompts (``prefill``) and one new token per row
+A model plugs in through :class:`LogitsModel`: it reads prompts (``prefill``) and the new tokens of every row
 (``extend``), keeps its own cache of what it read, and returns the logits of the next token of every row. The loop
 owns everything else, the same way for every backend:
 
-- each row's :class:`~constrain.runtime.matcher.Matcher` writes its allowed tokens into one shared bitmask;
+- each row's :class:`~constrain.runtime.matcher.Matcher` writes its allowed tokens into one shared bitmask
+  *before* the forward pass, so a model with a sparse output layer (``sparse_limit``) computes the logits of
+  only those tokens for rows that allow few;
 - :class:`~constrain.decoding.sampling.Sampler` applies the sampling pipeline under that mask and draws a token;
-- the matcher reads the token; a row ends on an end-of-sequence token, or as soon as its structure is complete
-  and allows nothing but the end of sequence (no forward pass is spent on a token that has no choice), or at
-  ``max_new_tokens``.
+- the matcher reads the token, then the tokens the structure forces after it (:mod:`constrain.decoding.forcing`)
+  are appended without sampling, and the next forward pass reads them all at once;
+- a row ends on an end-of-sequence token, or as soon as its structure is complete and allows nothing but the
+  end of sequence (no forward pass is spent on a token that has no choice), or at ``max_new_tokens``.
 
-The penalties of :class:`~constrain.decoding.params.SamplingParams` count the generated tokens (OpenAI's
-convention), not the prompt.
+The penalties of :class:`~constrain.decoding.params.SamplingParams` count the generated tokens, forced ones
+included (OpenAI's convention), not the prompt.
 
 :class:`Decoding` is iterable: each step yields the tokens appended in that step, so a caller can stream them; the
 rows (:class:`DecodedRow`) hold the tokens and why each row stopped. Finished rows of a batch keep being fed an
@@ -26,17 +29,24 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from constrain.decoding.forcing import FAST_FORWARD_MODES, FastForward, Tokenize, forced_continuation
 from constrain.decoding.params import SamplingParams
 from constrain.decoding.sampling import Sampler
 from constrain.errors import ArgumentError, ContextLengthError, ShapeError, VocabularyError
-from constrain.kernels.bitmask import allocate_token_bitmask
+from constrain.kernels.bitmask import allocate_token_bitmask, allowed_token_ids, count_allowed
 from constrain.runtime.matcher import CompiledStructure, Matcher
 
 FinishReason = Literal["stop", "length"]
+#: Per row, the ids its next token may take when the loop asks for a sparse output layer; None: all logits.
+Allowed = Sequence[np.ndarray | None]
 
 
 class LogitsModel(Protocol):
-    """What the loop needs from a model. It keeps the cache of the rows it has read since the last ``prefill``."""
+    """What the loop needs from a model. It keeps the cache of the rows it has read since the last ``prefill``.
+
+    ``allowed``, when given, holds per row the ascending ids the next token may take, or None: a model may compute
+    the logits of those ids only (the others are never drawn, whatever their value); one that cannot ignores it.
+    """
 
     #: Width of a row of logits (may exceed the vocabulary: padded output layers).
     logits_width: int
@@ -44,24 +54,29 @@ class LogitsModel(Protocol):
     context_length: int | None
     #: Most rows one ``prefill`` may take, or None when unbounded.
     max_batch: int | None
+    #: Largest allowed set the model projects sparsely; 0 when it always computes every logit.
+    sparse_limit: int
 
-    def prefill(self, prompts: Sequence[Sequence[int]]) -> Any:
+    def prefill(self, prompts: Sequence[Sequence[int]], allowed: Allowed | None = None) -> Any:
         """Read new prompts (forgetting earlier rows); the logits of each row's next token, ``(batch, width)``."""
         ...
 
-    def extend(self, tokens: Sequence[int]) -> Any:
-        """Read one token per row; the logits of each row's next token, ``(batch, width)``."""
+    def extend(self, tokens: Sequence[Sequence[int]], allowed: Allowed | None = None) -> Any:
+        """Read one or more new tokens per row; the logits of each row's next token, ``(batch, width)``."""
         ...
 
 
 @dataclass
 class DecodedRow:
-    """One row of a :class:`Decoding`: the generated tokens (end-of-sequence tokens left out) and how it ended."""
+    """One row of a :class:`Decoding`: the generated tokens (end-of-sequence tokens left out) and how it ended.
+
+    ``forced``: how many of ``tokens`` were appended without sampling (fast-forward)."""
 
     prompt_tokens: int
     matcher: Matcher | None
     tokens: list[int] = field(default_factory=list)
     finish_reason: FinishReason | None = None
+    forced: int = 0
 
     @property
     def complete(self) -> bool:
@@ -75,6 +90,8 @@ class Decoding:
     ``prompts``: token ids per row. ``structures``: None (free text), one structure for every row, or one per row
     (None for a free row). ``sampling``: one :class:`SamplingParams` for every row or one per row.
     ``eos_ids``: the tokens that end a row; a structured row also ends on its vocabulary's end-of-sequence ids.
+    ``fast_forward``: ``"tokens"``, ``"text"`` or ``"off"`` (see :mod:`constrain.decoding.forcing`), for every row
+    or one per row; ``"text"`` needs ``tokenize``, the tokenizer's split of a text without special tokens.
     """
 
     def __init__(
@@ -86,6 +103,8 @@ class Decoding:
         sampling: SamplingParams | Sequence[SamplingParams] | None = None,
         max_new_tokens: int = 256,
         eos_ids: Sequence[int] = (),
+        fast_forward: FastForward | Sequence[FastForward] = "tokens",
+        tokenize: Tokenize | None = None,
     ):
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ArgumentError("max_new_tokens", max_new_tokens, "an int >= 1")
@@ -105,16 +124,21 @@ class Decoding:
                 f"the structure's vocabulary has {max(vocab_sizes):,} tokens but the model's logits have "
                 f"{model.logits_width:,} columns: tokenizer and model do not match"
             )
+        self.modes = _fast_forward_modes(fast_forward, len(prompts), tokenize)
         self.model = model
         self.prompts = prompts
         self.max_new_tokens = max_new_tokens
         self.eos_ids = frozenset(int(t) for t in eos_ids)
+        self.tokenize = tokenize
         self.rows = [DecodedRow(len(p), s.matcher() if s is not None else None) for p, s in zip(prompts, per_row)]
         self.sampler = Sampler(sampling if sampling is not None else SamplingParams(temperature=0.0))
         self._constrained = any(s is not None for s in per_row)
         self._bitmask = allocate_token_bitmask(len(prompts), model.logits_width) if self._constrained else None
         self._pad = min(self.eos_ids) if self.eos_ids else 0
         self._started = False
+        #: Forward passes run, and row-steps whose logits the model was asked to compute sparsely.
+        self.forward_passes = 0
+        self.sparse_row_steps = 0
 
     @property
     def done(self) -> bool:
@@ -125,15 +149,20 @@ class Decoding:
         if self._started:
             raise ArgumentError("Decoding", "iterated twice", "a decoding runs once; make a new one")
         self._started = True
-        logits = self.model.prefill(self.prompts)
+        appended: list[tuple[int, int]] = []
+        chunks = [self._fast_forward(i, appended) for i in range(len(self.rows))]  # forced from the start
+        if appended:
+            yield appended
+        if self.done:
+            return
+        logits = self._forward(self.model.prefill, [p + c for p, c in zip(self.prompts, chunks)])
         while True:
-            appended = self._step(logits)
+            appended, chunks = self._step(logits)
             if appended:
                 yield appended
             if self.done:
                 return
-            feed = [row.tokens[-1] if row.finish_reason is None else self._pad for row in self.rows]
-            logits = self.model.extend(feed)
+            logits = self._forward(self.model.extend, chunks)
 
     def run(self) -> list[DecodedRow]:
         """Decode to the end; the rows."""
@@ -141,37 +170,82 @@ class Decoding:
             pass
         return self.rows
 
-    def _step(self, logits: Any) -> list[tuple[int, int]]:
+    def _forward(self, call: Any, tokens: list[list[int]]) -> Any:
+        """Fill the masks of the next step, then run the model on ``tokens`` with the rows' allowed ids."""
+        allowed = self._fill_masks()
+        self.forward_passes += 1
+        if allowed is None:
+            return call(tokens)
+        self.sparse_row_steps += sum(a is not None for a in allowed)
+        return call(tokens, allowed)
+
+    def _fill_masks(self) -> list[np.ndarray | None] | None:
+        """Write each live structured row's mask into the bitmask; the allowed ids of the rows the model may
+        project sparsely (a finished row needs one logit at most: its draw is ignored)."""
+        mask = self._bitmask
+        if mask is None:
+            return None
+        limit = getattr(self.model, "sparse_limit", 0)
+        allowed: list[np.ndarray | None] = [None] * len(self.rows)
+        for i, row in enumerate(self.rows):
+            if row.finish_reason is not None:
+                mask[i] = -1
+                if limit:
+                    allowed[i] = np.array([self._pad], dtype=np.int64)
+            elif row.matcher is not None:
+                row.matcher.fill_bitmask(mask, i)
+                size = row.matcher.structure.vocab.size
+                if limit and count_allowed(mask[i], size) <= limit:
+                    allowed[i] = allowed_token_ids(mask[i], size)
+            else:
+                mask[i] = -1  # a free row: every token
+        return allowed if any(a is not None for a in allowed) else None
+
+    def _step(self, logits: Any) -> tuple[list[tuple[int, int]], list[list[int]]]:
+        """Draw a token per live row, append it and what it forces; the tokens appended, and each row's feed."""
         rows = self.rows
         if logits.shape[0] != len(rows) or logits.shape[-1] < self.model.logits_width:
             raise ShapeError(f"the model returned logits of shape {tuple(logits.shape)} for {len(rows)} rows")
-        mask = None
-        if self._bitmask is not None:
-            mask = self._bitmask
-            for i, row in enumerate(rows):
-                if row.matcher is not None and row.finish_reason is None:
-                    row.matcher.fill_bitmask(mask, i)
-                else:
-                    mask[i] = -1  # free or finished: every token (a finished row's draw is ignored)
         history = [np.asarray(row.tokens, dtype=np.int64) for row in rows]
-        drawn = self.sampler.sample(logits, history=history, mask=mask)
+        drawn = self.sampler.sample(logits, history=history, mask=self._bitmask)
         drawn = drawn.tolist() if hasattr(drawn, "tolist") else list(drawn)
         appended: list[tuple[int, int]] = []
+        chunks: list[list[int]] = []
         for i, (row, token) in enumerate(zip(rows, drawn)):
-            if row.finish_reason is not None:
-                continue
-            if row.matcher is not None:
-                row.matcher.advance(token)
-            if token in self.eos_ids or (row.matcher is not None and row.matcher.is_finished()):
-                row.finish_reason = "stop"
-                continue
-            row.tokens.append(token)
-            appended.append((i, token))
-            if len(row.tokens) >= self.max_new_tokens:
-                row.finish_reason = "length"
-            elif row.matcher is not None and self._only_end_left(row.matcher):
-                row.finish_reason = "stop"
-        return appended
+            if row.finish_reason is None:
+                if row.matcher is not None:
+                    row.matcher.advance(token)
+                if token in self.eos_ids or (row.matcher is not None and row.matcher.is_finished()):
+                    row.finish_reason = "stop"
+                else:
+                    self._append(row, token, i, appended)
+                    if row.finish_reason is None:
+                        chunks.append([token] + self._fast_forward(i, appended))
+                        continue
+            chunks.append([self._pad])
+        return appended, chunks
+
+    def _fast_forward(self, i: int, appended: list[tuple[int, int]]) -> list[int]:
+        """Append the tokens row ``i``'s structure forces now (within its token budget); those tokens."""
+        row = self.rows[i]
+        if row.matcher is None or row.finish_reason is not None:
+            return []
+        forced = forced_continuation(row.matcher, self.modes[i], tokenize=self.tokenize)
+        forced = forced[: self.max_new_tokens - len(row.tokens)]
+        row.matcher.advance(forced)
+        for token in forced:
+            self._append(row, token, i, appended)
+        row.forced += len(forced)
+        return forced
+
+    def _append(self, row: DecodedRow, token: int, i: int, appended: list[tuple[int, int]]) -> None:
+        """Append a token the row's matcher has read; end the row on its budget or a structure left complete."""
+        row.tokens.append(token)
+        appended.append((i, token))
+        if len(row.tokens) >= self.max_new_tokens:
+            row.finish_reason = "length"
+        elif row.matcher is not None and self._only_end_left(row.matcher):
+            row.finish_reason = "stop"
 
     @staticmethod
     def _only_end_left(matcher: Matcher) -> bool:
@@ -192,3 +266,14 @@ def _per_row(
     if len(per_row) != batch:
         raise ShapeError(f"{len(per_row)} structures for {batch} prompts: give one, or one per prompt")
     return per_row
+
+
+def _fast_forward_modes(
+    fast_forward: FastForward | Sequence[FastForward], batch: int, tokenize: Tokenize | None
+) -> list[FastForward]:
+    modes = [fast_forward] * batch if isinstance(fast_forward, str) else list(fast_forward)
+    if len(modes) != batch or any(m not in FAST_FORWARD_MODES for m in modes):
+        raise ArgumentError("fast_forward", fast_forward, f"one of {FAST_FORWARD_MODES}, or one per prompt")
+    if "text" in modes and tokenize is None:
+        raise ArgumentError("tokenize", None, "the tokenizer's split of a text, for fast_forward='text'")
+    return modes

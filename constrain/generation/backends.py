@@ -22,6 +22,8 @@ class Backend(LogitsModel, Protocol):
 
     def encode(self, text: str) -> list[int]: ...
 
+    def tokenize(self, text: str) -> list[int]: ...
+
     def chat_template(self) -> str | None: ...
 
     def render_chat(self, messages: list[dict[str, Any]]) -> str: ...
@@ -44,7 +46,7 @@ def open_backend(model: Any = None, tokenizer: Any = None) -> Backend:
         if tokenizer is not None:
             raise ArgumentError("tokenizer", tokenizer, "None for a llama.cpp model (it has its own)")
         return LlamaCppModel(model)
-    if all(hasattr(model, name) for name in ("prefill", "extend", "encode", "vocab")):
+    if all(hasattr(model, name) for name in ("prefill", "extend", "encode", "tokenize", "vocab")):
         return model  # already a backend
     if tokenizer is None:
         raise ArgumentError("tokenizer", tokenizer, "the model's tokenizer (a transformers model needs one)")

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from constrain.compilers.output_types import OutputType, output_type
+from constrain.decoding.forcing import FastForward
 from constrain.decoding.loop import DecodedRow, Decoding, FinishReason
 from constrain.decoding.params import SamplingParams
 from constrain.errors import ArgumentError, IncompleteOutputError
@@ -87,6 +88,7 @@ class LLM:
         sampling: SamplingParams | None = None,
         max_new_tokens: int = 256,
         strict: bool = True,
+        fast_forward: FastForward | None = None,
         **sampling_fields: Any,
     ) -> Completion | list[Completion]:
         """Like :meth:`generate`, but returns :class:`Completion` objects (text, value, tokens, finish reason)."""
@@ -100,7 +102,7 @@ class LLM:
             chunk = ids[start : start + step]
             with self._lock:
                 begun = time.perf_counter()
-                decoding = self._decoding(chunk, structure, params, max_new_tokens)
+                decoding = self._decoding(chunk, resolved, structure, params, max_new_tokens, fast_forward)
                 rows = decoding.run()
                 seconds = time.perf_counter() - begun
             completions.extend(self._finish(row, resolved, seconds) for row in rows)
@@ -114,6 +116,7 @@ class LLM:
         sampling: SamplingParams | None = None,
         max_new_tokens: int = 256,
         strict: bool = True,
+        fast_forward: FastForward | None = None,
         **sampling_fields: Any,
     ) -> Any:
         """Generate one output for ``prompt`` (a string or a chat), or one per prompt of a list.
@@ -123,13 +126,21 @@ class LLM:
         :class:`~constrain.Regex`, a grammar, a JSON Schema dict (returns parsed JSON), or None for text.
         ``sampling``: a :class:`~constrain.SamplingParams`, or its fields as keywords (``temperature=0.7,
         seed=1``); the default is greedy. ``strict=False`` relaxes what a schema says that cannot be honoured
-        exactly (with a warning) instead of refusing it.
+        exactly (with a warning) instead of refusing it. ``fast_forward``: what the structure forces is appended
+        without sampling (see :mod:`constrain.decoding.forcing`): ``"tokens"`` (the output is unchanged),
+        ``"text"`` (the forced text in the tokenizer's own split; the default for JSON output types) or ``"off"``.
 
         Raises :class:`~constrain.errors.IncompleteOutputError` when ``max_new_tokens`` runs out before the
         structure is complete, :class:`~constrain.errors.ContextLengthError` when the prompt does not fit.
         """
         completions = self.complete(
-            prompt, output_type, sampling=sampling, max_new_tokens=max_new_tokens, strict=strict, **sampling_fields
+            prompt,
+            output_type,
+            sampling=sampling,
+            max_new_tokens=max_new_tokens,
+            strict=strict,
+            fast_forward=fast_forward,
+            **sampling_fields,
         )
         if isinstance(completions, list):
             return [c.value for c in completions]
@@ -144,6 +155,7 @@ class LLM:
         sampling: SamplingParams | None = None,
         max_new_tokens: int = 256,
         strict: bool = True,
+        fast_forward: FastForward | None = None,
         **sampling_fields: Any,
     ) -> Iterator[Any]:
         """Generate for one prompt, yielding text chunks as they come; they concatenate to the output's text.
@@ -162,11 +174,11 @@ class LLM:
         ids = [self.backend.encode(render(prompts[0], self._chat_template()))]
         with self._lock:
             begun = time.perf_counter()
-            decoding = self._decoding(ids, structure, params, max_new_tokens)
+            decoding = self._decoding(ids, resolved, structure, params, max_new_tokens, fast_forward)
             text = TextStream(self.vocab)
             shown = None
             for step in decoding:
-                chunk = text.push(step[0][1])
+                chunk = "".join(text.push(token) for _, token in step)
                 if not chunk:
                     continue
                 if not partial:
@@ -233,10 +245,14 @@ class LLM:
     def _decoding(
         self,
         ids: list[list[int]],
+        resolved: OutputType,
         structure: CompiledStructure | None,
         params: SamplingParams,
         max_new_tokens: int,
+        fast_forward: FastForward | None,
     ) -> Decoding:
+        if fast_forward is None:
+            fast_forward = "text" if resolved.is_json else "tokens"
         return Decoding(
             self.backend,
             ids,
@@ -244,6 +260,8 @@ class LLM:
             sampling=params,
             max_new_tokens=max_new_tokens,
             eos_ids=[int(t) for t in self.vocab.eos_ids],
+            fast_forward=fast_forward,
+            tokenize=self.backend.tokenize,
         )
 
     def _finish(self, row: DecodedRow, resolved: OutputType, seconds: float) -> Completion:

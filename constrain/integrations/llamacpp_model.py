@@ -4,7 +4,11 @@
 and reads the last position's logits straight from llama.cpp's context, so llama.cpp's own sampler chain (and its
 ctypes callbacks) is not involved: the loop samples with :class:`~constrain.decoding.sampling.Sampler` under the
 structure's mask, as for every other model. A ``Llama`` holds one sequence, so a batch is one row; a prompt that
-starts with the tokens already evaluated reuses them.
+starts with the tokens already evaluated reuses them. Forced tokens are evaluated together, in one ``eval``.
+
+llama.cpp builds the output layer into its compute graph and llama-cpp-python exposes no way to project a subset
+of its rows, so every step computes all logits here (``sparse_limit = 0``); the allowed sets the loop passes are
+ignored.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ class LlamaCppModel:
     """A ``llama_cpp.Llama`` for :class:`~constrain.decoding.loop.Decoding` and :class:`constrain.LLM`."""
 
     max_batch = 1
+    sparse_limit = 0
 
     def __init__(self, llm: Any):
         if not isinstance(llm, llama_cpp.Llama):
@@ -42,6 +47,10 @@ class LlamaCppModel:
         """The prompt's token ids: a ``<bos>`` where the model wants one, and special tokens written as text
         (``<start_of_turn>``) read as those tokens, as transformers' tokenizers read them."""
         return list(self.llm.tokenize(text.encode("utf-8"), add_bos=True, special=True))
+
+    def tokenize(self, text: str) -> list[int]:
+        """llama.cpp's split of a piece of text, without ``<bos>`` or special tokens (forced text, fast-forward)."""
+        return list(self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
 
     def chat_template(self) -> str | None:
         """The GGUF's chat template (``tokenizer.chat_template``), or None when it has none."""
@@ -64,7 +73,7 @@ class LlamaCppModel:
 
     # -- forward passes ------------------------------------------------------------------------------------------
 
-    def prefill(self, prompts: Sequence[Sequence[int]]) -> Any:
+    def prefill(self, prompts: Sequence[Sequence[int]], allowed: Sequence[Any] | None = None) -> Any:
         if len(prompts) != 1:
             raise ArgumentError("prompts", f"{len(prompts)} rows", "one row: a Llama holds one sequence")
         prompt = list(prompts[0])
@@ -77,8 +86,8 @@ class LlamaCppModel:
         llm.n_tokens = kept  # eval drops the cache past n_tokens
         return self._eval(prompt[kept:])
 
-    def extend(self, tokens: Sequence[int]) -> Any:
-        return self._eval([int(tokens[0])])
+    def extend(self, tokens: Sequence[Sequence[int]], allowed: Sequence[Any] | None = None) -> Any:
+        return self._eval([int(t) for t in tokens[0]])
 
     def _eval(self, tokens: list[int]) -> np.ndarray:
         self.llm.eval(tokens)

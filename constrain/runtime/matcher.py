@@ -52,6 +52,11 @@ class CompiledStructure:
         """Whether the text read up to ``state`` is a complete match."""
         raise NotImplementedError
 
+    def forced_bytes(self, state: Hashable, limit: int) -> bytes:
+        """The bytes that must follow ``state`` (at most ``limit``): each the only byte the structure allows, up to
+        the first state that may end the text or allows more than one byte."""
+        raise NotImplementedError
+
     @property
     def nbytes(self) -> int:
         """The bytes of its automata: what keeping it costs however little it is used (what the compile cache
@@ -84,6 +89,17 @@ class DFAStructure(CompiledStructure):
 
     def can_end(self, state: int) -> bool:
         return bool(self.dfa.accepting[state])
+
+    def forced_bytes(self, state: int, limit: int) -> bytes:
+        trans, accepting = self.dfa.trans, self.dfa.accepting
+        out = bytearray()
+        while len(out) < limit and not accepting[state]:
+            live = np.flatnonzero(trans[state] >= 0)
+            if len(live) != 1:
+                break
+            out.append(int(live[0]))
+            state = int(trans[state, live[0]])
+        return bytes(out)
 
     @property
     def nbytes(self) -> int:
@@ -248,6 +264,13 @@ class Matcher:
         """The ids of the tokens allowed now, ascending."""
         bits = np.unpackbits(self.mask().view(np.uint8), bitorder="little")
         return np.flatnonzero(bits[: self.structure.vocab.size])
+
+    def forced_bytes(self, limit: int = 256) -> bytes:
+        """The text that must come next whatever the tokens (at most ``limit`` bytes): empty where the structure
+        may end, allows more than one byte, or has ended. :func:`~constrain.decoding.forcing.forced_continuation`
+        tokenises it."""
+        state = self._step.state
+        return b"" if state == FINISHED else self.structure.forced_bytes(state, limit)
 
     def forced_tokens(self) -> list[int]:
         """The tokens that must come next because each is the only one allowed (for jump-forward decoding).

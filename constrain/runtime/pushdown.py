@@ -417,6 +417,25 @@ class GrammarStructure(CompiledStructure):
     def can_end(self, state: Configs) -> bool:
         return self.machine.can_end(state)
 
+    def forced_bytes(self, state: Configs, limit: int) -> bytes:
+        machine = self.machine
+        out = bytearray()
+        while len(out) < limit:
+            stacks = machine.closure(state)
+            if machine.closed_can_end(stacks):
+                break
+            live = np.flatnonzero((machine.trans[[s[-1] for s in stacks]] >= 0).any(axis=0))
+            if len(live) != 1:
+                break
+            try:
+                state = machine.read(state, bytes([int(live[0])]))
+            except DepthError:  # the byte is allowed but nests too deep: let the mask walk decide
+                break
+            if not state:
+                break
+            out.append(int(live[0]))
+        return bytes(out)
+
     @property
     def nbytes(self) -> int:
         return self.machine.nbytes + sum(dfa.nbytes for dfa in self.pushdown.rules)

@@ -25,6 +25,7 @@ class TableModel:
     """Logits of the next token = row ``last token`` of a seeded random table; counts its forward passes."""
 
     max_batch = None
+    sparse_limit = 0
 
     def __init__(self, width: int, *, seed: int = 0, context_length: int | None = None, eos_bias: float = 0.0):
         rng = np.random.default_rng(seed)
@@ -42,7 +43,7 @@ class TableModel:
 
     def extend(self, tokens):
         self.passes += 1
-        self._last = list(tokens)
+        self._last = [row[-1] for row in tokens]
         return self.table[self._last].copy()
 
 
@@ -69,7 +70,8 @@ def test_rows_follow_their_structures_and_stop_at_the_end(vocab):
 def test_a_complete_structure_with_nothing_left_but_the_end_costs_no_forward_pass(vocab):
     model = TableModel(vocab.size)
     structure = compile_regex(r"abc", vocab)
-    rows = Decoding(model, [[0]], structures=structure, max_new_tokens=10).run()  # the structure's own end ids
+    # the structure's own end ids; one token per pass
+    rows = Decoding(model, [[0]], structures=structure, max_new_tokens=10, fast_forward="off").run()
     assert text(vocab, rows[0].tokens) == "abc"
     # one pass per token that had a choice to make: the prompt's pass picks the first, then one per token read
     # until the structure is complete; the end of sequence that alone remains needs none
