@@ -32,9 +32,9 @@ torch = require("torch", "transformers", feature=__name__)
 
 OutputLayer = Literal["auto", "sparse", "full"]
 #: Default ``sparse_limit`` as a share of the output layer's rows. Measured on Gemma 3 270M on a 2-core CPU
-#: (benchmarks/bench_output_layer.py): the gathered projection costs less than the full one up to about 3/4 of the
-#: rows; a quarter keeps a wide margin for other machines and models.
-SPARSE_SHARE = 0.25
+#: (benchmarks/bench_output_layer.py): the gathered projection of half the rows takes about 0.6 of the full one, of
+#: three quarters 0.8; half keeps a margin for machines where gathering costs more.
+SPARSE_SHARE = 0.5
 #: Rows of the output matrix gathered at a time: a reused buffer, so no large allocation per step.
 GATHER_ROWS = 4096
 #: Largest difference allowed between the model's logits and ``lm_head(decoder(x))`` in the start-up check.
@@ -57,8 +57,8 @@ class TransformersModel:
         sparse_limit: int | None = None,
     ):
         """``output_layer``: ``"auto"`` (sparse where the model allows it), ``"sparse"`` (raise where it does not)
-        or ``"full"``. ``sparse_limit``: the largest allowed set projected sparsely (default: a quarter of the
-        output layer's rows)."""
+        or ``"full"``. ``sparse_limit``: the largest allowed set projected sparsely (default: half the output
+        layer's rows)."""
         if not callable(model) or not hasattr(model, "config"):
             raise ArgumentError("model", model, "a transformers causal language model (AutoModelForCausalLM)")
         if not callable(getattr(tokenizer, "encode", None)):

@@ -79,7 +79,7 @@ def tiny_model(cls, config_cls, **extra):
 def test_the_default_model_takes_the_sparse_path(models):
     full, sparse = models
     assert sparse.output_layer == "sparse" and sparse.output_layer_reason is None
-    assert sparse.sparse_limit == sparse.logits_width // 4
+    assert sparse.sparse_limit == sparse.logits_width // 2
     assert full.output_layer == "full" and full.sparse_limit == 0
 
 
