@@ -23,6 +23,7 @@ from transformers import LogitsProcessorList
 from typing_extensions import TypedDict  # pydantic reads typing.TypedDict only from Python 3.12
 
 import constrain
+from constrain.decoding.loop import Decoding
 from constrain.errors import (
     ArgumentError,
     ContextLengthError,
@@ -250,8 +251,21 @@ def test_llama_cpp_backend():
     from constrain.models import gguf_model_path
 
     llm = constrain.LLM(llama_cpp.Llama(model_path=str(gguf_model_path()), n_ctx=512, n_threads=1, verbose=False))
-    person = llm.generate(PERSON_PROMPT, Person, max_new_tokens=60)
-    assert isinstance(person, Person) and person.name == "Alan Turing"
+    forced = llm.complete(PERSON_PROMPT, Person, max_new_tokens=60)  # JSON: the forced text, in one eval each
+    assert isinstance(forced.value, Person) and forced.value.name == "Alan Turing"
+    plain = llm.complete(PERSON_PROMPT, Person, max_new_tokens=60, fast_forward="off")
+    assert plain.value == forced.value
+    backend = llm.backend
+    decoding = Decoding(
+        backend, [backend.encode(PERSON_PROMPT)], structures=llm.structure(Person), max_new_tokens=60,
+        eos_ids=[int(t) for t in llm.vocab.eos_ids], fast_forward="text", tokenize=backend.tokenize,
+    )  # fmt: skip
+    row = decoding.run()[0]
+    assert row.forced > 0 and decoding.forward_passes < len(row.tokens)
+    # forced tokens change nothing under greedy decoding; a regex with a long forced stretch
+    date = constrain.Regex(r"year [0-9]{4}, month [0-9]{2}")
+    outputs = {mode: llm.complete("The Moon landing: ", date, fast_forward=mode).tokens for mode in ("off", "tokens")}
+    assert outputs["off"] == outputs["tokens"]
     assert llm.generate(["2 + 2 = ", "3 + 4 = "], constrain.Regex("[0-9]")) and llm.backend.max_batch == 1
 
 
