@@ -423,7 +423,7 @@ def first_refusal(structure: Any, data: bytes) -> int | None:
             raise VocabularyError(f"byte {byte:#04x} at offset {offset} has no single-byte token in this vocabulary")
         ids.append(token)
     matcher = structure.matcher()
-    read = matcher.count_accepted(ids)
+    read = matcher.validate_tokens(ids)
     if read < len(ids):
         return read
     matcher.advance(ids)

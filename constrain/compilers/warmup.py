@@ -156,7 +156,7 @@ def _walk(structure: CompiledStructure, text: str) -> None:
     assert matcher.is_accepting(), f"the warm-up structure does not end after {text!r}"
     matcher.advance(int(vocab.eos_ids[0]))
     matcher.rollback(len(tokens) + 1)
-    matcher.count_accepted(tokens)
+    matcher.validate_tokens(tokens)
     matcher.allowed_tokens()
     matcher.forced_tokens()
 

@@ -172,8 +172,9 @@ class Matcher:
             return False
         return True
 
-    def count_accepted(self, tokens: Sequence[int]) -> int:
-        """How many leading tokens of ``tokens`` the structure accepts in order (nothing changes)."""
+    def validate_tokens(self, tokens: Sequence[int]) -> int:
+        """How many leading tokens of ``tokens`` the structure accepts in order (nothing changes): the part of a
+        speculative draft worth verifying."""
         state = self._step.state
         ids = [as_token_id(token) for token in _token_sequence(tokens)]
         for i, token in enumerate(ids):
@@ -182,6 +183,60 @@ class Matcher:
             except TokenError:
                 return i
         return len(ids)
+
+    def fill_draft_bitmasks(self, tokens: Sequence[int], bitmask: np.ndarray, start_row: int = 0) -> int:
+        """One mask row per position of a speculative draft: row ``start_row + j`` gets the tokens allowed after
+        the first ``j`` drafts, for ``j`` in ``0..len(tokens)`` (the last row is the bonus position). Reading stops
+        at the first draft the structure rejects; the rows after it get 0 (nothing may be drawn there: the draft
+        that leads to them is rejected). Nothing changes in the matcher. Returns how many drafts were read."""
+        ids = [as_token_id(token) for token in _token_sequence(tokens)]
+        _check_rows(bitmask, start_row, len(ids) + 1)
+        probe = self.copy()
+        read = 0
+        for j in range(len(ids) + 1):
+            if j == read:
+                probe.fill_bitmask(bitmask, start_row + j)
+                if j < len(ids):
+                    try:
+                        probe.advance(ids[j])
+                        read += 1
+                    except TokenError:
+                        pass
+            else:
+                bitmask[start_row + j] = 0
+        return read
+
+    def fill_tree_bitmasks(
+        self, tokens: Sequence[int], parents: Sequence[int], bitmask: np.ndarray, start_row: int = 0
+    ) -> np.ndarray:
+        """Masks for a tree of draft tokens. Node ``i`` holds ``tokens[i]`` and hangs below node ``parents[i]``
+        (``-1``: below the current state); a parent comes before its children. Row ``start_row`` gets the mask
+        here, row ``start_row + 1 + i`` the mask after the path to node ``i``. A node the structure rejects is
+        pruned with its subtree: its row gets 0. Nothing changes in the matcher. Returns, per node, whether it
+        was kept (bool array)."""
+        ids = [as_token_id(token) for token in _token_sequence(tokens)]
+        parents = [int(p) for p in parents]
+        if len(parents) != len(ids):
+            raise ShapeError(f"{len(ids)} draft tokens but {len(parents)} parent indices")
+        for i, parent in enumerate(parents):
+            if not -1 <= parent < i:
+                raise ArgumentError(f"parents[{i}]", parent, f"-1 or the index of an earlier node (0..{i - 1})")
+        _check_rows(bitmask, start_row, len(ids) + 1)
+        self.fill_bitmask(bitmask, start_row)
+        nodes: list[Matcher | None] = []
+        for token, parent in zip(ids, parents):
+            base = self if parent == -1 else nodes[parent]
+            node = base.copy() if base is not None else None
+            if node is not None:
+                try:
+                    node.advance(token)
+                    node.fill_bitmask(bitmask, start_row + 1 + len(nodes))
+                except TokenError:
+                    node = None
+            if node is None:
+                bitmask[start_row + 1 + len(nodes)] = 0
+            nodes.append(node)
+        return np.array([node is not None for node in nodes], dtype=bool)
 
     def rollback(self, num_tokens: int = 1) -> None:
         """Undo the last ``num_tokens`` tokens."""
@@ -295,6 +350,17 @@ class Matcher:
     def __repr__(self) -> str:
         state = "finished" if self.is_finished() else f"state {self._step.state}"
         return f"<Matcher {state} after {self.num_tokens} tokens of {self.structure!r}>"
+
+
+def _check_rows(bitmask: Any, start_row: Any, count: int) -> None:
+    """ShapeError unless rows ``start_row .. start_row + count - 1`` exist in the 2-D ``bitmask``."""
+    shape = tuple(getattr(bitmask, "shape", ()))
+    if len(shape) != 2:
+        raise ShapeError(f"bitmask must be int32 of shape (rows, words), got shape {shape}")
+    if isinstance(start_row, bool) or not isinstance(start_row, (int, np.integer)):
+        raise ArgumentError("start_row", start_row, "an int index of the bitmask's rows")
+    if start_row < 0 or start_row + count > shape[0]:
+        raise ShapeError(f"{count} rows from row {start_row} do not fit a bitmask of {shape[0]} rows")
 
 
 def _as_numpy_bitmask(bitmask) -> np.ndarray:

@@ -106,7 +106,7 @@ def accepts_text(structure: CompiledStructure, text: str | bytes) -> bool:
         missing = data[ids.index(-1)]
         raise VocabularyError(f"byte {missing:#04x} of the text has no single-byte token in this vocabulary")
     matcher = structure.matcher()
-    if matcher.count_accepted(ids) < len(ids):
+    if matcher.validate_tokens(ids) < len(ids):
         return False
     matcher.advance(ids)
     return matcher.is_accepting()

@@ -343,4 +343,4 @@ def test_each_beam_carries_its_own_matcher_and_the_start_state_is_respected():
         assert m.is_accepting()
     # a factory works too
     hyps2 = beam_search(model, num_beams=4, max_new_tokens=6, structure=structure.matcher, num_return_sequences=4)
-    assert all(structure.matcher().count_accepted(list(h.tokens)) == len(h.tokens) for h in hyps2)
+    assert all(structure.matcher().validate_tokens(list(h.tokens)) == len(h.tokens) for h in hyps2)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from constrain.compilers.regex import compile_regex
-from constrain.errors import ShapeError, TokenError
+from constrain.errors import ArgumentError, ShapeError, TokenError
 from constrain.kernels.bitmask import allocate_token_bitmask
 from constrain.vocab.vocabulary import Vocabulary
 
@@ -85,11 +85,11 @@ def test_copy_is_independent(vocab):
     assert c.num_tokens == 0 and m.num_tokens == 1
 
 
-def test_accepts_and_count_accepted_change_nothing(vocab):
+def test_accepts_and_validate_tokens_change_nothing(vocab):
     m = compile_regex("abc", vocab).matcher()
     assert m.accepts(0) and not m.accepts(1)
-    assert m.count_accepted([0, 1, 2, EOS, 0]) == 4
-    assert m.count_accepted([1]) == 0
+    assert m.validate_tokens([0, 1, 2, EOS, 0]) == 4
+    assert m.validate_tokens([1]) == 0
     assert m.num_tokens == 0
 
 
@@ -160,7 +160,7 @@ def test_invalid_text_is_rejected_at_some_token(real_vocab, gemma_tokenizer, cl1
     for text in ["2024-1-31", "2024-01-311", "20240131", "2024-01-3"]:
         m = structure.matcher()
         tokens = encode(text)
-        n = m.count_accepted(tokens)
+        n = m.validate_tokens(tokens)
         if n == len(tokens):
             m.advance(tokens)
             assert not m.is_accepting(), text
@@ -254,3 +254,63 @@ def test_float_and_bool_arrays_are_refused():
         with pytest.raises(TokenError):
             matcher.advance(bad)
     assert matcher.num_tokens == 0
+
+
+# -- speculative drafts ------------------------------------------------------------------------------------------
+
+
+def mask_after(matcher, tokens):
+    probe = matcher.copy()
+    probe.advance(tokens)
+    return probe.mask()
+
+
+def test_draft_rows_are_the_masks_after_each_prefix_and_stop_at_a_rejected_draft(vocab):
+    m = compile_regex("ab(c|-1)(1|2)*", vocab).matcher()
+    m.advance(0)  # "a"
+    bitmask = allocate_token_bitmask(6, vocab.size)
+    bitmask[:] = 7  # rows the call must overwrite
+    drafts = [1, 5, 6, 0]  # "b", "-", "1", then "a": rejected
+    assert m.validate_tokens(drafts) == 3
+    assert m.fill_draft_bitmasks(drafts, bitmask, start_row=1) == 3
+    assert (bitmask[0] == 7).all()  # rows before start_row are left alone
+    for j in range(4):
+        assert np.array_equal(bitmask[1 + j], mask_after(m, drafts[:j]))
+    assert (bitmask[5] == 0).all()  # after the rejected draft: nothing may be drawn
+    assert m.num_tokens == 1  # the matcher did not move
+    assert m.fill_draft_bitmasks([3], bitmask) == 0  # "ab" after "a" is rejected at once
+    assert np.array_equal(bitmask[0], m.mask()) and (bitmask[1] == 0).all()
+
+
+def test_tree_rows_follow_each_path_and_prune_rejected_subtrees(vocab):
+    m = compile_regex("(ab|a-)1*", vocab).matcher()
+    #   node: 0 "a"   1 "ab"   2 "b" (below 0)   3 "-" (below 0)   4 "1" (below 2)   5 "c" (below 1: rejected)
+    #         6 "1" (below 5: pruned with its parent)   7 "1" (below 1)
+    tokens = [0, 3, 1, 5, 6, 2, 6, 6]
+    parents = [-1, -1, 0, 0, 2, 1, 5, 1]
+    bitmask = allocate_token_bitmask(len(tokens) + 1, vocab.size)
+    kept = m.fill_tree_bitmasks(tokens, parents, bitmask)
+    assert kept.tolist() == [True, True, True, True, True, False, False, True]
+    assert np.array_equal(bitmask[0], m.mask())
+    paths = {0: [0], 1: [3], 2: [0, 1], 3: [0, 5], 4: [0, 1, 6], 7: [3, 6]}
+    for node, path in paths.items():
+        assert np.array_equal(bitmask[1 + node], mask_after(m, path))
+    assert (bitmask[1 + 5] == 0).all() and (bitmask[1 + 6] == 0).all()
+    assert m.num_tokens == 0
+
+
+def test_bad_drafts_and_trees_raise_typed_errors(vocab):
+    m = compile_regex("ab", vocab).matcher()
+    bitmask = allocate_token_bitmask(3, vocab.size)
+    with pytest.raises(ShapeError, match="do not fit"):
+        m.fill_draft_bitmasks([0, 1, 2], bitmask)  # 4 rows needed
+    with pytest.raises(ShapeError, match="do not fit"):
+        m.fill_draft_bitmasks([0], bitmask, start_row=2)
+    with pytest.raises(ArgumentError, match="parents"):
+        m.fill_tree_bitmasks([0, 1], [-1, 1], bitmask)  # a node below itself
+    with pytest.raises(ArgumentError, match="parents"):
+        m.fill_tree_bitmasks([0, 1], [-1, -2], bitmask)
+    with pytest.raises(ShapeError, match="parent indices"):
+        m.fill_tree_bitmasks([0, 1], [-1], bitmask)
+    with pytest.raises(TokenError):
+        m.fill_draft_bitmasks([0, "b"], bitmask)
