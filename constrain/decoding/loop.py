@@ -11,7 +11,9 @@ owns everything else, the same way for every backend:
 - the matcher reads the token, then the tokens the structure forces after it (:mod:`constrain.decoding.forcing`)
   are appended without sampling, and the next forward pass reads them all at once;
 - a row ends on an end-of-sequence token, or as soon as its structure is complete and allows nothing but the
-  end of sequence (no forward pass is spent on a token that has no choice), or at ``max_new_tokens``.
+  end of sequence (no forward pass is spent on a token that has no choice), or at ``max_new_tokens``;
+- with a :class:`~constrain.decoding.speculative.Speculation` (one row), each forward pass after the first also
+  verifies draft tokens (see :mod:`constrain.decoding.speculative`).
 
 The penalties of :class:`~constrain.decoding.params.SamplingParams` count the generated tokens, forced ones
 included (OpenAI's convention), not the prompt.
@@ -31,7 +33,8 @@ import numpy as np
 
 from constrain.decoding.forcing import FAST_FORWARD_MODES, FastForward, Tokenize, forced_continuation
 from constrain.decoding.params import SamplingParams
-from constrain.decoding.sampling import Sampler
+from constrain.decoding.sampling import Sampler, next_token_probs
+from constrain.decoding.speculative import DraftContext, Speculation, SpeculationStats, Timer, accept
 from constrain.errors import ArgumentError, ContextLengthError, ShapeError, VocabularyError
 from constrain.kernels.bitmask import allocate_token_bitmask, allowed_token_ids, count_allowed
 from constrain.runtime.matcher import CompiledStructure, Matcher
@@ -66,6 +69,20 @@ class LogitsModel(Protocol):
         ...
 
 
+class VerifyingModel(LogitsModel, Protocol):
+    """A model that speculative decoding can run on (one row): it returns the logits after each of the last tokens
+    read, and forgets tokens read."""
+
+    def verify(self, tokens: Sequence[int], keep: int, allowed: Allowed | None = None) -> Any:
+        """Read ``tokens`` (one row); the logits after each of the last ``keep`` of them, ``(keep, width)``;
+        ``allowed`` holds one entry per kept position."""
+        ...
+
+    def rollback(self, num_tokens: int) -> None:
+        """Forget the last ``num_tokens`` tokens read."""
+        ...
+
+
 @dataclass
 class DecodedRow:
     """One row of a :class:`Decoding`: the generated tokens (end-of-sequence tokens left out) and how it ended.
@@ -92,6 +109,8 @@ class Decoding:
     ``eos_ids``: the tokens that end a row; a structured row also ends on its vocabulary's end-of-sequence ids.
     ``fast_forward``: ``"tokens"``, ``"text"`` or ``"off"`` (see :mod:`constrain.decoding.forcing`), for every row
     or one per row; ``"text"`` needs ``tokenize``, the tokenizer's split of a text without special tokens.
+    ``speculation``: draft tokens verified by the model, for one row on a :class:`VerifyingModel`; its figures are
+    in ``speculation_stats``.
     """
 
     def __init__(
@@ -105,6 +124,7 @@ class Decoding:
         eos_ids: Sequence[int] = (),
         fast_forward: FastForward | Sequence[FastForward] = "tokens",
         tokenize: Tokenize | None = None,
+        speculation: Speculation | None = None,
     ):
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ArgumentError("max_new_tokens", max_new_tokens, "an int >= 1")
@@ -125,6 +145,17 @@ class Decoding:
                 f"{model.logits_width:,} columns: tokenizer and model do not match"
             )
         self.modes = _fast_forward_modes(fast_forward, len(prompts), tokenize)
+        if speculation is not None:
+            if not isinstance(speculation, Speculation):
+                raise ArgumentError("speculation", speculation, "a Speculation(source, k)")
+            if len(prompts) != 1:
+                raise ArgumentError("prompts", f"{len(prompts)} rows", "one row under speculative decoding")
+            if not callable(getattr(model, "verify", None)) or not callable(getattr(model, "rollback", None)):
+                raise ArgumentError("model", model, "a model with verify() and rollback() for speculative decoding")
+            _check_draft_vocabulary(speculation.source, model)
+        self.speculation = speculation
+        #: Rounds, acceptance per position and time of speculative decoding (None without it).
+        self.speculation_stats = SpeculationStats(speculation.k) if speculation is not None else None
         self.model = model
         self.prompts = prompts
         self.max_new_tokens = max_new_tokens
@@ -160,6 +191,12 @@ class Decoding:
             appended, chunks = self._step(logits)
             if appended:
                 yield appended
+            while self.speculation is not None and not self.done:
+                appended, chunks, verified = self._speculate(chunks[0])
+                if not verified:
+                    break  # no draft worth a pass: a plain step
+                if appended:
+                    yield appended
             if self.done:
                 return
             logits = self._forward(self.model.extend, chunks)
@@ -225,6 +262,68 @@ class Decoding:
             chunks.append([self._pad])
         return appended, chunks
 
+    def _speculate(self, chunk: list[int]) -> tuple[list[tuple[int, int]], list[list[int]], bool]:
+        """One round of speculative decoding on the single row: drafts, one verifying pass, acceptance. Returns the
+        tokens appended, the next feed, and whether a pass ran (False when no draft survived the structure)."""
+        spec, stats, row = self.speculation, self.speculation_stats, self.rows[0]
+        budget = self.max_new_tokens - len(row.tokens) - 1  # the token drawn after the drafts needs room too
+        rng = self.sampler.generator(0)
+        params = self.sampler.row_params(0)
+        context = DraftContext(
+            self.prompts[0] + row.tokens, len(self.prompts[0]), row.matcher.copy() if row.matcher else None,
+            min(spec.k, max(budget, 0)), params, self.model.logits_width, rng,
+        )  # fmt: skip
+        with Timer(stats, "draft_seconds"):
+            draft = spec.source.propose(context) if context.k > 0 else None
+        proposed = [int(t) for t in draft.tokens[: context.k]] if draft is not None else []
+        valid = row.matcher.validate_tokens(proposed) if row.matcher is not None else len(proposed)
+        drafts = proposed[:valid]
+        if not drafts:
+            if proposed:
+                stats.record(len(proposed), 0, 0, 0)
+            return [], [chunk], False
+        mask = allocate_token_bitmask(len(drafts) + 1, self.model.logits_width)
+        allowed = None
+        if row.matcher is not None:
+            row.matcher.fill_draft_bitmasks(drafts, mask, 0)
+            allowed = self._sparse_rows(mask, row.matcher.structure.vocab.size)
+        else:
+            mask[:] = -1
+        with Timer(stats, "verify_seconds"):
+            logits = self.model.verify(chunk + drafts, len(drafts) + 1, allowed)
+            self.forward_passes += 1
+            self.sparse_row_steps += sum(a is not None for a in allowed) if allowed is not None else 0
+            history = [np.asarray(row.tokens + drafts[:j], dtype=np.int64) for j in range(len(drafts) + 1)]
+            target = next_token_probs(logits, params, history=history, mask=mask)
+            target = target.detach().cpu().numpy() if hasattr(target, "detach") else np.asarray(target)
+            q = draft.probs[:valid] if draft.probs is not None else None
+            accepted, token = accept(target.astype(np.float64), drafts, q, rng)
+            self.model.rollback(len(drafts) - accepted)
+        observe = getattr(spec.source, "observe", None)
+        if callable(observe):
+            observe(drafts, accepted, logits)
+        appended: list[tuple[int, int]] = []
+        for t in [*drafts[:accepted], token]:
+            if row.matcher is not None:
+                row.matcher.advance(t)
+            if t in self.eos_ids or (row.matcher is not None and row.matcher.is_finished()):
+                row.finish_reason = "stop"
+            else:
+                self._append(row, t, 0, appended)
+            if row.finish_reason is not None:
+                break
+        stats.record(len(proposed), valid, accepted, len(appended))
+        chunk = [token] + self._fast_forward(0, appended) if row.finish_reason is None else [self._pad]
+        return appended, [chunk], True
+
+    def _sparse_rows(self, mask: np.ndarray, size: int) -> list[np.ndarray | None] | None:
+        """Per mask row, its allowed ids when the model projects so few sparsely (else None); None when no row."""
+        limit = getattr(self.model, "sparse_limit", 0)
+        if not limit:
+            return None
+        rows = [allowed_token_ids(r, size) if count_allowed(r, size) <= limit else None for r in mask]
+        return rows if any(r is not None for r in rows) else None
+
     def _fast_forward(self, i: int, appended: list[tuple[int, int]]) -> list[int]:
         """Append the tokens row ``i``'s structure forces now (within its token budget); those tokens."""
         row = self.rows[i]
@@ -266,6 +365,19 @@ def _per_row(
     if len(per_row) != batch:
         raise ShapeError(f"{len(per_row)} structures for {batch} prompts: give one, or one per prompt")
     return per_row
+
+
+def _check_draft_vocabulary(source: Any, model: LogitsModel) -> None:
+    """VocabularyError when a draft source's vocabulary or logits width differs from the target model's."""
+    mine, theirs = getattr(model, "vocab", None), getattr(source, "vocab", None)
+    if mine is not None and theirs is not None and mine.fingerprint != theirs.fingerprint:
+        raise VocabularyError(
+            f"the draft source's vocabulary ({theirs.size:,} tokens) is not the target model's ({mine.size:,}): "
+            "drafts must be token ids of the target"
+        )
+    width = getattr(source, "logits_width", None)
+    if width is not None and width != model.logits_width:
+        raise VocabularyError(f"the draft model's logits have {width:,} columns, the target's {model.logits_width:,}")
 
 
 def _fast_forward_modes(

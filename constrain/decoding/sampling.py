@@ -264,6 +264,15 @@ class Sampler:
                 u[i] = g.random()
         return u
 
+    def generator(self, row: int = 0) -> np.random.Generator:
+        """The random-number generator that draws for ``row`` (speculative decoding draws its acceptances from it,
+        so a seed still fixes every token)."""
+        return self._row_rngs.get(row, self._rng)
+
+    def row_params(self, row: int = 0) -> SamplingParams:
+        """The sampling parameters of ``row``."""
+        return self.params if isinstance(self.params, SamplingParams) else self.params[row]
+
     def probs(self, logits: Any, history: Any = None, mask: Any = None) -> Any:
         """The filtered, renormalised distribution of each row (see :func:`next_token_probs`)."""
         return next_token_probs(logits, self.params, history=history, mask=mask, backend=self.backend)

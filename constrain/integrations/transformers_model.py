@@ -78,6 +78,7 @@ class TransformersModel:
         self._cache: Any = None
         self._mask: Any = None
         self._positions: Any = None
+        self._recording = False
         if output_layer not in ("auto", "sparse", "full"):
             raise ArgumentError("output_layer", output_layer, "'auto', 'sparse' or 'full'")
         if sparse_limit is not None and (isinstance(sparse_limit, bool) or not isinstance(sparse_limit, int)):
@@ -116,16 +117,39 @@ class TransformersModel:
     # -- forward passes ------------------------------------------------------------------------------------------
 
     def prefill(self, prompts: Sequence[Sequence[int]], allowed: Sequence[Any] | None = None) -> Any:
-        ids, mask = self._left_padded(prompts)
-        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
-        self._cache = None
-        return self._forward(ids, mask, positions, allowed)
+        ids, block = self._left_padded(prompts)
+        self._cache = self._mask = self._positions = None
+        self._recording = False
+        return self._forward(ids, block, allowed)
 
     def extend(self, tokens: Sequence[Sequence[int]], allowed: Sequence[Any] | None = None) -> Any:
         ids, block = self._left_padded(tokens)
-        mask = torch.cat([self._mask, block], dim=1)
-        positions = self._positions[:, -1:] + block.cumsum(dim=1)  # a pad repeats the position before it
-        return self._forward(ids, mask, positions, allowed)
+        logits = self._forward(ids, block, allowed)
+        if self._recording:
+            self._cache.crop(0)  # sliding-window layers drop what they kept for a rollback
+        return logits
+
+    def verify(self, tokens: Sequence[int], keep: int, allowed: Sequence[Any] | None = None) -> Any:
+        """Read ``tokens`` (one row); the logits after each of the last ``keep``, ``(keep, width)``. The key-value
+        cache records enough for :meth:`rollback` (sliding-window layers keep their past until then)."""
+        if self._mask is None or self._mask.shape[0] != 1:
+            raise ArgumentError("tokens", list(tokens), "a prefill of one row before verify()")
+        if not 1 <= keep <= len(tokens):
+            raise ArgumentError("keep", keep, f"1..{len(tokens)}: the positions whose logits are returned")
+        if not self._recording and hasattr(self._cache, "activate_past_recording"):
+            self._cache.activate_past_recording()
+            self._recording = True
+        ids, block = self._left_padded([tokens])
+        return self._forward(ids, block, allowed, keep=keep)
+
+    def rollback(self, num_tokens: int) -> None:
+        """Forget the last ``num_tokens`` tokens read (rejected drafts)."""
+        read = self._mask.shape[1] if self._mask is not None else 0
+        if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or not 0 <= num_tokens <= read:
+            raise ArgumentError("num_tokens", num_tokens, f"an int in 0..{read}: the tokens read")
+        self._cache.crop(-num_tokens)
+        self._mask = self._mask[:, : read - num_tokens]
+        self._positions = self._positions[:, -1:] - num_tokens
 
     def _left_padded(self, rows: Sequence[Sequence[int]]) -> tuple[Any, Any]:
         """The rows as one ``(batch, longest)`` block of ids, each right-aligned, and its attention mask."""
@@ -138,7 +162,13 @@ class TransformersModel:
             mask[i, width - len(row) :] = 1
         return ids, mask
 
-    def _forward(self, ids: Any, mask: Any, positions: Any, allowed: Sequence[Any] | None) -> Any:
+    def _forward(self, ids: Any, block: Any, allowed: Sequence[Any] | None, *, keep: int = 1) -> Any:
+        """Read a block of ids whose attention mask is ``block`` after what the cache holds; the logits after each
+        of the last ``keep`` positions of every row, ``(batch * keep, width)``."""
+        if self._mask is None:  # a prefill: positions count from each row's first real token
+            mask, positions = block, (block.cumsum(dim=1) - 1).clamp(min=0)
+        else:  # a pad repeats the position before it
+            mask, positions = torch.cat([self._mask, block], dim=1), self._positions[:, -1:] + block.cumsum(dim=1)
         sparse = allowed is not None and self.sparse_limit > 0 and any(a is not None for a in allowed)
         device = self.model.device
         inputs = {
@@ -151,10 +181,12 @@ class TransformersModel:
         with torch.inference_mode():
             if sparse:
                 out = self.model.get_decoder()(**inputs)
-                logits = self._project(out.last_hidden_state[:, -1, :], allowed)
+                hidden = out.last_hidden_state[:, -keep:, :]
+                logits = self._project(hidden.reshape(-1, hidden.shape[-1]), allowed)
             else:
-                out = self.model(**inputs, logits_to_keep=1)
-                logits = out.logits[:, -1, :].float()
+                out = self.model(**inputs, logits_to_keep=keep)
+                logits = out.logits[:, -keep:, :].float()
+                logits = logits.reshape(-1, logits.shape[-1])
         self._cache = getattr(out, self._cache_name)
         self._mask, self._positions = mask, positions
         return logits
