@@ -6,6 +6,13 @@ ctypes callbacks) is not involved: the loop samples with :class:`~constrain.deco
 structure's mask, as for every other model. A ``Llama`` holds one sequence, so a batch is one row; a prompt that
 starts with the tokens already evaluated reuses them. Forced tokens are evaluated together, in one ``eval``.
 
+Speculative decoding runs here too (:meth:`verify`, :meth:`rollback`): the drafts are decoded in one llama.cpp
+batch that asks for logits at the draft positions only, and a rollback moves the evaluated length back (llama.cpp
+drops the rest of the cache at the next evaluation). llama-cpp-python's own ``draft_model`` is refused: its
+generator hands logits processors every evaluated draft token, not the position being sampled (see
+:mod:`constrain.integrations.llamacpp`); :class:`~constrain.decoding.drafts.PromptLookup` in this loop drafts the
+same way.
+
 llama.cpp builds the output layer into its compute graph and llama-cpp-python exposes no way to project a subset
 of its rows, so every step computes all logits here (``sparse_limit = 0``); the allowed sets the loop passes are
 ignored.
@@ -89,7 +96,34 @@ class LlamaCppModel:
     def extend(self, tokens: Sequence[Sequence[int]], allowed: Sequence[Any] | None = None) -> Any:
         return self._eval([int(t) for t in tokens[0]])
 
+    def verify(self, tokens: Sequence[int], keep: int, allowed: Sequence[Any] | None = None) -> np.ndarray:
+        """Evaluate ``tokens`` in one batch; the logits after each of the last ``keep``, ``(keep, width)``."""
+        llm = self.llm
+        tokens = [int(t) for t in tokens]
+        if not 1 <= keep <= len(tokens) or len(tokens) > llm.n_batch:
+            raise ArgumentError("tokens", f"{len(tokens)} tokens, keep={keep}", f"1 <= keep <= len <= {llm.n_batch}")
+        if llm.n_tokens + len(tokens) > self.context_length:
+            raise ArgumentError("tokens", f"{len(tokens)} tokens", "room in the context window")
+        llm._ctx.kv_cache_seq_rm(-1, llm.n_tokens, -1)
+        start = llm.n_tokens
+        llm._batch.set_batch(batch=tokens, n_past=start, logits_all=False)
+        for i in range(len(tokens) - keep, len(tokens)):
+            llm._batch.batch.logits[i] = True
+        llm._ctx.decode(llm._batch)
+        llm.input_ids[start : start + len(tokens)] = tokens
+        llm.n_tokens += len(tokens)
+        rows = [self._logits_at(i) for i in range(len(tokens) - keep, len(tokens))]
+        return np.stack(rows)
+
+    def rollback(self, num_tokens: int) -> None:
+        """Forget the last ``num_tokens`` evaluated tokens (llama.cpp drops their cache at the next evaluation)."""
+        if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or not 0 <= num_tokens <= self.llm.n_tokens:
+            raise ArgumentError("num_tokens", num_tokens, f"an int in 0..{self.llm.n_tokens}: the tokens evaluated")
+        self.llm.n_tokens -= num_tokens
+
+    def _logits_at(self, index: int) -> np.ndarray:
+        return np.ctypeslib.as_array(self.llm._ctx.get_logits_ith(index), shape=(self.logits_width,)).copy()
+
     def _eval(self, tokens: list[int]) -> np.ndarray:
         self.llm.eval(tokens)
-        logits = np.ctypeslib.as_array(self.llm._ctx.get_logits_ith(-1), shape=(self.logits_width,))
-        return logits.reshape(1, -1).copy()
+        return self._logits_at(-1).reshape(1, -1)

@@ -332,13 +332,15 @@ def test_create_completion_passes_other_processors_and_options(llm, llama_vocab)
 
 @pytest_slow
 def test_draft_models_and_foreign_vocabularies_are_refused(llm):
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
     too_big = Vocabulary.from_token_bytes([b"a"], eos_ids=[300_000])
     with pytest.raises(VocabularyError, match="not this model's vocabulary"):
         check_vocabulary(llm, too_big)
     with pytest.raises(VocabularyError, match="not this model's vocabulary"):
         processor_for_llama(llm, compile_regex("a", too_big))
     saved = llm.draft_model
-    llm.draft_model = object()
+    llm.draft_model = LlamaPromptLookupDecoding(num_pred_tokens=4)  # llama-cpp-python's own prompt-lookup drafts
     try:
         with pytest.raises(ConstrainError, match="draft_model"):
             processor_for_llama(llm, "a")
