@@ -52,6 +52,8 @@ _EXPORTS = {
     "SamplingParams": "constrain.decoding",
     "Sampler": "constrain.decoding",
     "beam_search": "constrain.decoding",
+    "Speculation": "constrain.decoding",
+    "PromptLookup": "constrain.decoding",
     "generate": "constrain.integrations.transformers",
     "ConstrainError": "constrain.errors",
     "StructureError": "constrain.errors",
@@ -89,7 +91,7 @@ if TYPE_CHECKING:
     from constrain.compilers.regex import compile_regex
     from constrain.compilers.specs import GBNF, Lark, Regex
     from constrain.compilers.warmup import warmup
-    from constrain.decoding import Sampler, SamplingParams, beam_search
+    from constrain.decoding import PromptLookup, Sampler, SamplingParams, Speculation, beam_search
     from constrain.errors import (
         AmbiguityError,
         AutomatonTooLarge,

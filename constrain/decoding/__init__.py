@@ -1,8 +1,10 @@
 """The decoding toolkit: sampling parameters, logits transforms, samplers and beam search, exact under a structure."""
 
 from constrain.decoding.beam import beam_search
+from constrain.decoding.drafts import ChainedDrafts, ForcedDrafts, ModelDraft, PromptLookup, early_exit_model
 from constrain.decoding.params import PRESETS, SamplingParams
 from constrain.decoding.sampling import Sampler, next_token_probs, sample, sample_from_probs
+from constrain.decoding.speculative import Draft, DraftContext, DraftSource, Speculation, SpeculationStats
 from constrain.decoding.transforms import (
     apply_logit_bias,
     apply_penalties,
@@ -13,12 +15,22 @@ from constrain.decoding.transforms import (
 
 __all__ = [
     "PRESETS",
+    "ChainedDrafts",
+    "Draft",
+    "DraftContext",
+    "DraftSource",
+    "ForcedDrafts",
+    "ModelDraft",
+    "PromptLookup",
     "Sampler",
     "SamplingParams",
+    "Speculation",
+    "SpeculationStats",
     "apply_logit_bias",
     "apply_penalties",
     "apply_structure_mask",
     "beam_search",
+    "early_exit_model",
     "log_softmax",
     "next_token_probs",
     "sample",

@@ -35,7 +35,7 @@ from constrain.decoding.forcing import FAST_FORWARD_MODES, FastForward, Tokenize
 from constrain.decoding.params import SamplingParams
 from constrain.decoding.sampling import Sampler, next_token_probs
 from constrain.decoding.speculative import DraftContext, Speculation, SpeculationStats, Timer, accept
-from constrain.errors import ArgumentError, ContextLengthError, ShapeError, VocabularyError
+from constrain.errors import ArgumentError, ContextLengthError, ShapeError, TokenError, VocabularyError
 from constrain.kernels.bitmask import allocate_token_bitmask, allowed_token_ids, count_allowed
 from constrain.runtime.matcher import CompiledStructure, Matcher
 
@@ -266,44 +266,35 @@ class Decoding:
         """One round of speculative decoding on the single row: drafts, one verifying pass, acceptance. Returns the
         tokens appended, the next feed, and whether a pass ran (False when no draft survived the structure)."""
         spec, stats, row = self.speculation, self.speculation_stats, self.rows[0]
-        budget = self.max_new_tokens - len(row.tokens) - 1  # the token drawn after the drafts needs room too
-        rng = self.sampler.generator(0)
-        params = self.sampler.row_params(0)
-        context = DraftContext(
-            self.prompts[0] + row.tokens, len(self.prompts[0]), row.matcher.copy() if row.matcher else None,
-            min(spec.k, max(budget, 0)), params, self.model.logits_width, rng,
-        )  # fmt: skip
+        rng, params = self.sampler.generator(0), self.sampler.row_params(0)
         with Timer(stats, "draft_seconds"):
-            draft = spec.source.propose(context) if context.k > 0 else None
-        proposed = [int(t) for t in draft.tokens[: context.k]] if draft is not None else []
-        valid = row.matcher.validate_tokens(proposed) if row.matcher is not None else len(proposed)
-        drafts = proposed[:valid]
-        if not drafts:
+            block, forced, q, proposed = self._draft_block(rng, params)
+        drafted = len(block) - sum(forced)
+        if not block:
             if proposed:
-                stats.record(len(proposed), 0, 0, 0)
+                stats.record(proposed, 0, 0, 0)
             return [], [chunk], False
-        mask = allocate_token_bitmask(len(drafts) + 1, self.model.logits_width)
+        mask = allocate_token_bitmask(len(block) + 1, self.model.logits_width)
         allowed = None
         if row.matcher is not None:
-            row.matcher.fill_draft_bitmasks(drafts, mask, 0)
+            row.matcher.fill_draft_bitmasks(block, mask, 0)
             allowed = self._sparse_rows(mask, row.matcher.structure.vocab.size)
         else:
             mask[:] = -1
         with Timer(stats, "verify_seconds"):
-            logits = self.model.verify(chunk + drafts, len(drafts) + 1, allowed)
+            logits = self.model.verify(chunk + block, len(block) + 1, allowed)
             self.forward_passes += 1
             self.sparse_row_steps += sum(a is not None for a in allowed) if allowed is not None else 0
-            history = [np.asarray(row.tokens + drafts[:j], dtype=np.int64) for j in range(len(drafts) + 1)]
+            history = [np.asarray(row.tokens + block[:j], dtype=np.int64) for j in range(len(block) + 1)]
             target = next_token_probs(logits, params, history=history, mask=mask)
             target = target.detach().cpu().numpy() if hasattr(target, "detach") else np.asarray(target)
-            q = draft.probs[:valid] if draft.probs is not None else None
-            accepted, token = accept(target.astype(np.float64), drafts, q, rng)
-            self.model.rollback(len(drafts) - accepted)
+            kept, token = accept(target.astype(np.float64), block, q, rng, forced=forced)
+            self.model.rollback(len(block) - kept)
         observe = getattr(spec.source, "observe", None)
         if callable(observe):
-            observe(drafts, accepted, logits)
+            observe(block, kept, logits)
         appended: list[tuple[int, int]] = []
-        for t in [*drafts[:accepted], token]:
+        for t in [*block[:kept], token]:
             if row.matcher is not None:
                 row.matcher.advance(t)
             if t in self.eos_ids or (row.matcher is not None and row.matcher.is_finished()):
@@ -312,9 +303,63 @@ class Decoding:
                 self._append(row, t, 0, appended)
             if row.finish_reason is not None:
                 break
-        stats.record(len(proposed), valid, accepted, len(appended))
+        row.forced += sum(forced[:kept])
+        stats.record(proposed, drafted, kept - sum(forced[:kept]), len(appended))
         chunk = [token] + self._fast_forward(0, appended) if row.finish_reason is None else [self._pad]
         return appended, [chunk], True
+
+    def _draft_block(
+        self, rng: np.random.Generator, params: SamplingParams
+    ) -> tuple[list[int], list[bool], list[np.ndarray | None], int]:
+        """The block one round verifies: the source's drafts cut at the first the structure rejects, with what the
+        structure forces after a draft inserted the way fast-forward appends it (so the output is the one without
+        speculation), the source asked again after each insertion. Returns the tokens, which were forced, each
+        draft's distribution (None: proposed outright), and how many tokens the source proposed."""
+        spec, row = self.speculation, self.rows[0]
+        room = min(spec.k, self.max_new_tokens - len(row.tokens) - 1)  # the token drawn after them needs room too
+        probe = row.matcher.copy() if row.matcher is not None else None
+        block: list[int] = []
+        forced: list[bool] = []
+        q: list[np.ndarray | None] = []
+        proposed = 0
+        while len(block) < room:
+            context = DraftContext(
+                self.prompts[0] + row.tokens + block, len(self.prompts[0]), probe.copy() if probe else None,
+                room - len(block), params, self.model.logits_width, rng,
+            )  # fmt: skip
+            draft = spec.source.propose(context)
+            tokens = [int(t) for t in draft.tokens[: context.k]]
+            proposed += len(tokens)
+            inserted = False
+            for j, token in enumerate(tokens):
+                if probe is not None:
+                    try:
+                        probe.advance(token)
+                    except TokenError:
+                        break
+                block.append(token)
+                forced.append(False)
+                q.append(draft.probs[j] if draft.probs is not None else None)
+                if token in self.eos_ids or (probe is not None and probe.is_finished()):
+                    break
+                extra = self._forced_after(probe, room - len(block))
+                if extra:
+                    block += extra
+                    forced += [True] * len(extra)
+                    q += [None] * len(extra)
+                    inserted = True
+                    break
+            if not inserted:
+                break
+        return block, forced, q, proposed
+
+    def _forced_after(self, probe: Matcher | None, room: int) -> list[int]:
+        """What fast-forward would append at ``probe`` (moved past it), within ``room`` tokens."""
+        if probe is None or room <= 0:
+            return []
+        extra = forced_continuation(probe, self.modes[0], tokenize=self.tokenize)[:room]
+        probe.advance(extra)
+        return extra
 
     def _sparse_rows(self, mask: np.ndarray, size: int) -> list[np.ndarray | None] | None:
         """Per mask row, its allowed ids when the model projects so few sparsely (else None); None when no row."""

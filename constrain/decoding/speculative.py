@@ -175,24 +175,33 @@ class Timer:
 
 
 def accept(
-    target: np.ndarray, drafts: Sequence[int], draft_probs: np.ndarray | None, rng: np.random.Generator
+    target: np.ndarray,
+    drafts: Sequence[int],
+    draft_probs: Sequence[np.ndarray | None] | np.ndarray | None,
+    rng: np.random.Generator,
+    *,
+    forced: Sequence[bool] | None = None,
 ) -> tuple[int, int]:
     """The speculative acceptance rule. ``target``: ``(len(drafts) + 1, width)`` target distributions under the mask
-    and the sampling transforms (row ``j`` for the token after ``j`` drafts); ``draft_probs``: the drafts' own
-    distributions ``(len(drafts), width)``, or None for drafts proposed outright (``q = 1`` on each).
+    and the sampling transforms (row ``j`` for the token after ``j`` drafts); ``draft_probs``: per draft its own
+    distribution (a row of width ``width``), or None for a draft proposed outright (``q = 1`` on it); None for all.
+    ``forced``: drafts the structure forces (fast-forward), kept without a test and without a random number.
 
     Returns ``(accepted, token)``: how many leading drafts are kept, and the token drawn after them (from the
     residual ``max(0, p - q)`` at the first rejection, or from ``p`` after the last draft)."""
     for j, token in enumerate(drafts):
+        if forced is not None and forced[j]:
+            continue
         p = target[j]
-        q_token = 1.0 if draft_probs is None else float(draft_probs[j, token])
+        q = draft_probs[j] if draft_probs is not None else None
+        q_token = 1.0 if q is None else float(q[token])
         if q_token > 0 and rng.random() * q_token < p[token]:
             continue
-        residual = p.copy()
-        if draft_probs is None:
+        if q is None:
+            residual = p.copy()
             residual[token] = max(0.0, residual[token] - 1.0)
         else:
-            residual = np.maximum(residual - draft_probs[j], 0.0)
+            residual = np.maximum(p - q, 0.0)
         if residual.sum() <= 0:  # p == q up to rounding: any draw from p is exact
             residual = p
         return j, _draw(residual, rng)

@@ -28,6 +28,7 @@ from constrain.compilers.output_types import OutputType, output_type
 from constrain.decoding.forcing import FastForward
 from constrain.decoding.loop import DecodedRow, Decoding, FinishReason
 from constrain.decoding.params import SamplingParams
+from constrain.decoding.speculative import Speculation
 from constrain.errors import ArgumentError, IncompleteOutputError
 from constrain.generation.backends import Backend, open_backend
 from constrain.generation.prompts import render, split_batch
@@ -89,6 +90,7 @@ class LLM:
         max_new_tokens: int = 256,
         strict: bool = True,
         fast_forward: FastForward | None = None,
+        speculation: Speculation | None = None,
         **sampling_fields: Any,
     ) -> Completion | list[Completion]:
         """Like :meth:`generate`, but returns :class:`Completion` objects (text, value, tokens, finish reason)."""
@@ -97,12 +99,12 @@ class LLM:
         params = _sampling(sampling, sampling_fields)
         ids = [self.backend.encode(render(p, self._chat_template())) for p in prompts]
         completions: list[Completion] = []
-        step = self.backend.max_batch or len(ids)
+        step = 1 if speculation is not None else self.backend.max_batch or len(ids)
         for start in range(0, len(ids), step):
             chunk = ids[start : start + step]
             with self._lock:
                 begun = time.perf_counter()
-                decoding = self._decoding(chunk, resolved, structure, params, max_new_tokens, fast_forward)
+                decoding = self._decoding(chunk, resolved, structure, params, max_new_tokens, fast_forward, speculation)
                 rows = decoding.run()
                 seconds = time.perf_counter() - begun
             completions.extend(self._finish(row, resolved, seconds) for row in rows)
@@ -117,6 +119,7 @@ class LLM:
         max_new_tokens: int = 256,
         strict: bool = True,
         fast_forward: FastForward | None = None,
+        speculation: Speculation | None = None,
         **sampling_fields: Any,
     ) -> Any:
         """Generate one output for ``prompt`` (a string or a chat), or one per prompt of a list.
@@ -129,6 +132,8 @@ class LLM:
         exactly (with a warning) instead of refusing it. ``fast_forward``: what the structure forces is appended
         without sampling (see :mod:`constrain.decoding.forcing`): ``"tokens"`` (the output is unchanged),
         ``"text"`` (the forced text in the tokenizer's own split; the default for JSON output types) or ``"off"``.
+        ``speculation``: a :class:`~constrain.decoding.speculative.Speculation` (drafts verified by the model, the
+        output distributed as without it; a batch then runs one prompt at a time).
 
         Raises :class:`~constrain.errors.IncompleteOutputError` when ``max_new_tokens`` runs out before the
         structure is complete, :class:`~constrain.errors.ContextLengthError` when the prompt does not fit.
@@ -140,6 +145,7 @@ class LLM:
             max_new_tokens=max_new_tokens,
             strict=strict,
             fast_forward=fast_forward,
+            speculation=speculation,
             **sampling_fields,
         )
         if isinstance(completions, list):
@@ -156,6 +162,7 @@ class LLM:
         max_new_tokens: int = 256,
         strict: bool = True,
         fast_forward: FastForward | None = None,
+        speculation: Speculation | None = None,
         **sampling_fields: Any,
     ) -> Iterator[Any]:
         """Generate for one prompt, yielding text chunks as they come; they concatenate to the output's text.
@@ -174,7 +181,7 @@ class LLM:
         ids = [self.backend.encode(render(prompts[0], self._chat_template()))]
         with self._lock:
             begun = time.perf_counter()
-            decoding = self._decoding(ids, resolved, structure, params, max_new_tokens, fast_forward)
+            decoding = self._decoding(ids, resolved, structure, params, max_new_tokens, fast_forward, speculation)
             text = TextStream(self.vocab)
             shown = None
             for step in decoding:
@@ -250,6 +257,7 @@ class LLM:
         params: SamplingParams,
         max_new_tokens: int,
         fast_forward: FastForward | None,
+        speculation: Speculation | None,
     ) -> Decoding:
         if fast_forward is None:
             fast_forward = "text" if resolved.is_json else "tokens"
@@ -262,6 +270,7 @@ class LLM:
             eos_ids=[int(t) for t in self.vocab.eos_ids],
             fast_forward=fast_forward,
             tokenize=self.backend.tokenize,
+            speculation=speculation,
         )
 
     def _finish(self, row: DecodedRow, resolved: OutputType, seconds: float) -> Completion:

@@ -49,7 +49,9 @@ How llama-cpp-python (0.3.x) calls a processor, and what this module does with i
   :func:`create_completion`, which does both.
 - Not supported: ``Llama(draft_model=...)``. llama-cpp-python then samples at positions before the end of
   ``input_ids`` and still passes the processor every evaluated draft token, so the position being sampled is
-  unknown; :func:`processor_for_llama` refuses such a model.
+  unknown; :func:`processor_for_llama` refuses such a model. Speculative decoding on llama.cpp runs in constrain's
+  own loop instead: :class:`~constrain.integrations.llamacpp_model.LlamaCppModel` with a
+  :class:`~constrain.decoding.speculative.Speculation` (prompt lookup drafts the way ``draft_model`` does).
 
 Vocabulary (:func:`vocabulary_from_llama`): a constrain :class:`~constrain.vocab.vocabulary.Vocabulary` must give
 every id the bytes llama.cpp gives it. By default it is read from llama.cpp itself (``llama_token_to_piece`` without

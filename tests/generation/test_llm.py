@@ -163,6 +163,14 @@ def test_the_loop_matches_transformers_generate_under_greedy(llm):
     assert llm.complete(PERSON_PROMPT, Person, max_new_tokens=60, fast_forward="tokens").tokens == theirs
 
 
+def test_speculation_keeps_the_greedy_output_and_a_batch_runs_row_by_row(llm):
+    speculation = constrain.Speculation(constrain.PromptLookup(), k=4)
+    plain = llm.complete([PERSON_PROMPT, PERSON_PROMPT + "  "], Person, max_new_tokens=60)
+    fast = llm.complete([PERSON_PROMPT, PERSON_PROMPT + "  "], Person, max_new_tokens=60, speculation=speculation)
+    assert [c.tokens for c in fast] == [c.tokens for c in plain]
+    assert fast[0].value.name == "Alan Turing"
+
+
 def test_a_batch_gives_what_each_prompt_gives_alone(llm):
     prompts = ["The Moon landing happened on (YYYY-MM-DD): ", "The Berlin Wall fell on (YYYY-MM-DD): "]
     date = constrain.Regex(r"\d{4}-\d{2}-\d{2}")
