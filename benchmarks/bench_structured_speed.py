@@ -97,6 +97,9 @@ class Timed:
     def extend(self, *args: Any) -> Any:
         return self._timed(self.model.extend, args)
 
+    def verify(self, *args: Any) -> Any:
+        return self._timed(self.model.verify, args)
+
     def _timed(self, call: Any, args: tuple[Any, ...]) -> Any:
         began = time.perf_counter()
         try:
