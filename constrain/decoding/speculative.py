@@ -141,7 +141,7 @@ class SpeculationStats:
         self.accepted_at = [0] * self.k
 
     def record(self, proposed: int, valid: int, accepted: int, emitted: int) -> None:
-        self.rounds += 1
+        self.rounds += valid > 0  # drafts the structure rejected at their first token cost no pass: not a round
         self.proposed += proposed
         self.valid += valid
         self.accepted += accepted
@@ -240,8 +240,12 @@ def expected_tokens_geometric(alpha: float, k: int) -> float:
 def speedup(tokens_per_round: float, cost_ratio: float, k: int) -> float:
     """Speed-up over plain decoding when a round yields ``tokens_per_round`` tokens (``E[accepted + 1]``) for ``k``
     draft steps each costing ``cost_ratio`` of a target pass: ``S = E[accepted + 1] / (c * k + 1)``."""
+    if not tokens_per_round >= 0:
+        raise ArgumentError("tokens_per_round", tokens_per_round, "the expected tokens a round, >= 0")
     if not cost_ratio >= 0:
         raise ArgumentError("cost_ratio", cost_ratio, "a draft step's cost over a target pass's, >= 0")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise ArgumentError("k", k, "an int >= 0: the draft steps a round")
     return tokens_per_round / (cost_ratio * k + 1.0)
 
 
