@@ -21,6 +21,7 @@ import numpy as np
 from constrain.decoding.forcing import Tokenize, forced_continuation
 from constrain.decoding.speculative import Draft, DraftContext
 from constrain.errors import ArgumentError
+from constrain.kernels.bitmask import allowed_token_ids, count_allowed
 
 
 class PromptLookup:
@@ -113,7 +114,8 @@ class ModelDraft:
     ``model``: a model of the loop (``prefill``, ``extend``, ``rollback``, ``logits_width``) over the target's
     vocabulary, such as a :class:`~constrain.integrations.transformers_model.TransformersModel` of a smaller model
     (or of :func:`early_exit_model`). It keeps its own cache of what it read and rolls back to the sequence's
-    accepted prefix at the next round.
+    accepted prefix at the next round. A model with a sparse output layer (``sparse_limit``) computes only the
+    allowed tokens' logits at draft positions that allow few.
     """
 
     def __init__(self, model: Any):
@@ -127,8 +129,8 @@ class ModelDraft:
 
     def propose(self, context: DraftContext) -> Draft:
         tokens, probs = [], []
-        logits = self._sync(list(context.tokens))
         matcher = context.matcher.copy() if context.matcher is not None else None
+        logits = self._sync(list(context.tokens), self._allowed(matcher))
         for j in range(context.k):
             q = context.probs(_row(logits), matcher, tokens)
             token = context.draw(q)
@@ -139,21 +141,30 @@ class ModelDraft:
                 if matcher.is_finished():
                     break
             if j + 1 < context.k:
-                logits = self.model.extend([[token]])
+                logits = self.model.extend([[token]], self._allowed(matcher))
                 self._read.append(token)
         return Draft(tokens, np.stack(probs) if probs else None)
 
-    def _sync(self, sequence: list[int]) -> Any:
+    def _allowed(self, matcher: Any) -> list[np.ndarray] | None:
+        """The allowed ids at ``matcher`` when the draft model projects so few sparsely, for its ``allowed``."""
+        limit = getattr(self.model, "sparse_limit", 0)
+        if not limit or matcher is None:
+            return None
+        size = matcher.structure.vocab.size
+        mask = matcher.mask()
+        return [allowed_token_ids(mask, size)] if count_allowed(mask, size) <= limit else None
+
+    def _sync(self, sequence: list[int], allowed: list[np.ndarray] | None) -> Any:
         """Bring the draft model's cache to ``sequence`` (rolling back what differs); the logits after it."""
         keep = 0
         limit = min(len(self._read), len(sequence) - 1)  # the last token is read again: its logits are needed
         while keep < limit and self._read[keep] == sequence[keep]:
             keep += 1
         if keep == 0:
-            logits = self.model.prefill([sequence])
+            logits = self.model.prefill([sequence], allowed)
         else:
             self.model.rollback(len(self._read) - keep)
-            logits = self.model.extend([sequence[keep:]])
+            logits = self.model.extend([sequence[keep:]], allowed)
         self._read = list(sequence)
         return logits
 
