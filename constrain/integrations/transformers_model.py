@@ -169,7 +169,10 @@ class TransformersModel:
             mask, positions = block, (block.cumsum(dim=1) - 1).clamp(min=0)
         else:  # a pad repeats the position before it
             mask, positions = torch.cat([self._mask, block], dim=1), self._positions[:, -1:] + block.cumsum(dim=1)
+        rows = ids.shape[0] * keep
         sparse = allowed is not None and self.sparse_limit > 0 and any(a is not None for a in allowed)
+        # several rows of logits: the weight-major product (see _project) when the split is known to be exact
+        split = sparse or (rows > 1 and self.output_layer == "sparse")
         device = self.model.device
         inputs = {
             "input_ids": ids.to(device),
@@ -179,10 +182,10 @@ class TransformersModel:
             self._cache_name: self._cache,
         }
         with torch.inference_mode():
-            if sparse:
+            if split:
                 out = self.model.get_decoder()(**inputs)
                 hidden = out.last_hidden_state[:, -keep:, :]
-                logits = self._project(hidden.reshape(-1, hidden.shape[-1]), allowed)
+                logits = self._project(hidden.reshape(-1, hidden.shape[-1]), allowed or [None] * rows)
             else:
                 out = self.model(**inputs, logits_to_keep=keep)
                 logits = out.logits[:, -keep:, :].float()
@@ -195,12 +198,21 @@ class TransformersModel:
 
     def _project(self, hidden: Any, allowed: Sequence[Any]) -> Any:
         """Logits ``(batch, width)`` from the decoder's last hidden states: all of them for rows whose ``allowed``
-        is None, those of the allowed ids (and -inf elsewhere) for the others."""
+        is None, those of the allowed ids (and -inf elsewhere) for the others.
+
+        Several full rows are computed as ``weight @ hidden.T``: on a CPU, ``linear`` over a few rows (a verifying
+        pass, a small batch) takes about as long per row as one row alone, while the weight-major product reads
+        the weight once (measured on Gemma 3 270M: 5 rows in 39 ms against 143 ms; one row 52 ms either way)."""
         head = self.model.get_output_embeddings()
         logits = torch.full((hidden.shape[0], self.logits_width), float("-inf"), device=hidden.device)
         full = [i for i, a in enumerate(allowed) if a is None]
-        if full:
+        if len(full) == 1:
             logits[full] = self._cap(head(hidden[full])).float()
+        elif full:
+            product = torch.mm(head.weight, hidden[full].T).T
+            if head.bias is not None:
+                product += head.bias
+            logits[full] = self._cap(product).float()
         for i, ids in enumerate(allowed):
             if ids is not None:
                 index = torch.as_tensor(ids, dtype=torch.long, device=hidden.device)
