@@ -16,6 +16,7 @@ Sources (``--sources``), each at every k of ``--ks``:
   forced   ForcedDrafts(tokenize): the tokenizer's split of the text the structure forces
   both     ChainedDrafts(ForcedDrafts(tokenize), PromptLookup())
   self     ModelDraft over early_exit_model(target, --self-layers): the target's first layers, sharing weights
+  lookahead LookaheadDrafts(): an n-gram pool from the text and the target's own Jacobi guesses
 
 Printed per source and k: tokens/s (all tokens / all time), the ratio to no speculation, target passes per token,
 tokens per verifying pass, the acceptance rate at draft positions 1-4, the draft cost per drafted token over a
@@ -39,6 +40,7 @@ import torch
 from constrain.compilers.api import compile as compile_structure
 from constrain.compilers.specs import GBNF, Lark, Regex
 from constrain.decoding.drafts import ChainedDrafts, ForcedDrafts, ModelDraft, PromptLookup, early_exit_model
+from constrain.decoding.lookahead import LookaheadDrafts
 from constrain.decoding.loop import Decoding
 from constrain.decoding.speculative import Speculation
 from constrain.integrations.transformers_model import TransformersModel
@@ -79,6 +81,8 @@ def make_source(name: str, target: TransformersModel, draft: TransformersModel |
         return ForcedDrafts(target.tokenize)
     if name == "both":
         return ChainedDrafts(ForcedDrafts(target.tokenize), PromptLookup())
+    if name == "lookahead":
+        return LookaheadDrafts()
     return ModelDraft(draft)
 
 

@@ -2,6 +2,7 @@
 
 from constrain.decoding.beam import beam_search
 from constrain.decoding.drafts import ChainedDrafts, ForcedDrafts, ModelDraft, PromptLookup, early_exit_model
+from constrain.decoding.lookahead import LookaheadDrafts
 from constrain.decoding.params import PRESETS, SamplingParams
 from constrain.decoding.sampling import Sampler, next_token_probs, sample, sample_from_probs
 from constrain.decoding.speculative import Draft, DraftContext, DraftSource, Speculation, SpeculationStats
@@ -20,6 +21,7 @@ __all__ = [
     "DraftContext",
     "DraftSource",
     "ForcedDrafts",
+    "LookaheadDrafts",
     "ModelDraft",
     "PromptLookup",
     "Sampler",
