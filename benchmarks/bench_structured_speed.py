@@ -26,11 +26,11 @@ no sparse path there (``LlamaCppModel.sparse_limit == 0``).
 
 Tokens/s is generated tokens (forced ones included) over the wall time of the whole decoding, prompt included.
 Printed per engine and mode: the aggregate tokens/s (all tokens / all time), the median and p10-p90 of the
-per-prompt tokens/s, the ratio of the aggregate to unconstrained, forward passes per token, the share of row-steps
-on the sparse path, the share of tokens that were forced, and how many complete outputs validate (``jsonschema``;
-an output cut at ``--max-new-tokens`` is counted apart). Then how
-often the forced-text output differs from the plain one under greedy decoding, and where the time of the fastest
-mode goes (forward passes against the loop's own work: masks, sampling, forcing).
+per-prompt tokens/s, the ratio of the aggregate to unconstrained, forward passes per token, the share of rows of
+logits (one per step, one per verified position under speculation) on the sparse path, the share of tokens that
+were forced, and how many complete outputs validate (``jsonschema``; an output cut at ``--max-new-tokens`` is
+counted apart). Then how often the forced-text output differs from the plain one under greedy decoding, and where
+the time of the fastest mode goes (forward passes against the loop's own work: masks, sampling, forcing).
 """
 
 from __future__ import annotations
@@ -165,6 +165,7 @@ def decode(model: Timed, task: dict[str, Any], mode: str, max_new_tokens: int, l
         "seconds": seconds,
         "forward_seconds": model.seconds,
         "passes": decoding.forward_passes,
+        "rows": decoding.logit_rows,
         "sparse_steps": decoding.sparse_row_steps,
         "forced": row.forced,
         "text": text,
@@ -182,8 +183,8 @@ def hf_generate(model: Timed, task: dict[str, Any], length: int) -> dict[str, An
         out = hf.generate(ids, max_new_tokens=length, min_new_tokens=length, do_sample=False)
     seconds = time.perf_counter() - began
     tokens = out.shape[1] - ids.shape[1]
-    return {"tokens": tokens, "seconds": seconds, "forward_seconds": 0.0, "passes": tokens, "sparse_steps": 0,
-            "forced": 0, "text": "", "valid": None}  # fmt: skip
+    return {"tokens": tokens, "seconds": seconds, "forward_seconds": 0.0, "passes": tokens, "rows": tokens,
+            "sparse_steps": 0, "forced": 0, "text": "", "valid": None}  # fmt: skip
 
 
 def open_engine(engine: str, threads: int) -> Timed:
@@ -246,7 +247,7 @@ def table(engine: str, results: dict[str, list[dict[str, Any]]]) -> list[str]:
         rate = tokens / sum(r["seconds"] for r in rows)
         per_prompt = [r["tokens"] / r["seconds"] for r in rows]
         passes = sum(r["passes"] for r in rows) / tokens
-        sparse = sum(r["sparse_steps"] for r in rows) / max(1, sum(r["passes"] for r in rows))
+        sparse = sum(r["sparse_steps"] for r in rows) / max(1, sum(r["rows"] for r in rows))
         forced = sum(r["forced"] for r in rows) / tokens
         valid = [r["valid"] for r in rows if r["valid"] is not None]
         cut = sum(r["valid"] is None for r in rows) if mode not in ("unconstrained", "hf generate") else 0

@@ -167,8 +167,10 @@ class Decoding:
         self._bitmask = allocate_token_bitmask(len(prompts), model.logits_width) if self._constrained else None
         self._pad = min(self.eos_ids) if self.eos_ids else 0
         self._started = False
-        #: Forward passes run, and row-steps whose logits the model was asked to compute sparsely.
+        #: Forward passes run, rows of logits asked of them (a row per live or finished row of a plain pass, a
+        #: row per verified position of a speculative one), and those asked sparsely.
         self.forward_passes = 0
+        self.logit_rows = 0
         self.sparse_row_steps = 0
 
     @property
@@ -211,6 +213,7 @@ class Decoding:
         """Fill the masks of the next step, then run the model on ``tokens`` with the rows' allowed ids."""
         allowed = self._fill_masks()
         self.forward_passes += 1
+        self.logit_rows += len(tokens)
         if allowed is None:
             return call(tokens)
         self.sparse_row_steps += sum(a is not None for a in allowed)
@@ -284,6 +287,7 @@ class Decoding:
         with Timer(stats, "verify_seconds"):
             logits = self.model.verify(chunk + block, len(block) + 1, allowed)
             self.forward_passes += 1
+            self.logit_rows += len(block) + 1
             self.sparse_row_steps += sum(a is not None for a in allowed) if allowed is not None else 0
             history = [np.asarray(row.tokens + block[:j], dtype=np.int64) for j in range(len(block) + 1)]
             target = next_token_probs(logits, params, history=history, mask=mask)
