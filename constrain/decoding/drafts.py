@@ -21,7 +21,7 @@ import numpy as np
 from constrain.decoding.forcing import Tokenize, forced_continuation
 from constrain.decoding.speculative import Draft, DraftContext
 from constrain.errors import ArgumentError
-from constrain.kernels.bitmask import allowed_token_ids, count_allowed
+from constrain.kernels.bitmask import few_allowed_ids
 
 
 class PromptLookup:
@@ -152,7 +152,8 @@ class ModelDraft:
             return None
         size = matcher.structure.vocab.size
         mask = matcher.mask()
-        return [allowed_token_ids(mask, size)] if count_allowed(mask, size) <= limit else None
+        ids = few_allowed_ids(mask, size, limit)
+        return [ids] if ids is not None else None
 
     def _sync(self, sequence: list[int], allowed: list[np.ndarray] | None) -> Any:
         """Bring the draft model's cache to ``sequence`` (rolling back what differs); the logits after it."""

@@ -36,7 +36,7 @@ from constrain.decoding.params import SamplingParams
 from constrain.decoding.sampling import Sampler, next_token_probs
 from constrain.decoding.speculative import DraftContext, Speculation, SpeculationStats, Timer, accept
 from constrain.errors import ArgumentError, ContextLengthError, ShapeError, TokenError, VocabularyError
-from constrain.kernels.bitmask import allocate_token_bitmask, allowed_token_ids, count_allowed
+from constrain.kernels.bitmask import allocate_token_bitmask, few_allowed_ids
 from constrain.runtime.matcher import CompiledStructure, Matcher
 
 FinishReason = Literal["stop", "length"]
@@ -235,8 +235,8 @@ class Decoding:
             elif row.matcher is not None:
                 row.matcher.fill_bitmask(mask, i)
                 size = row.matcher.structure.vocab.size
-                if limit and count_allowed(mask[i], size) <= limit:
-                    allowed[i] = allowed_token_ids(mask[i], size)
+                if limit:
+                    allowed[i] = few_allowed_ids(mask[i], size, limit)
             else:
                 mask[i] = -1  # a free row: every token
         return allowed if any(a is not None for a in allowed) else None
@@ -370,7 +370,7 @@ class Decoding:
         limit = getattr(self.model, "sparse_limit", 0)
         if not limit:
             return None
-        rows = [allowed_token_ids(r, size) if count_allowed(r, size) <= limit else None for r in mask]
+        rows = [few_allowed_ids(r, size, limit) for r in mask]
         return rows if any(r is not None for r in rows) else None
 
     def _fast_forward(self, i: int, appended: list[tuple[int, int]]) -> list[int]:

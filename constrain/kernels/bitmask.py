@@ -576,10 +576,21 @@ def count_allowed(bitmask_row: Any, vocab_size: int) -> int:
 
 def allowed_token_ids(bitmask_row: Any, vocab_size: int) -> np.ndarray:
     """The ids (< ``vocab_size``) a bitmask row allows, ascending, as int64."""
+    ids = few_allowed_ids(bitmask_row, vocab_size, None)
+    assert ids is not None  # no limit
+    return ids
+
+
+def few_allowed_ids(bitmask_row: Any, vocab_size: int, limit: int | None) -> np.ndarray | None:
+    """:func:`allowed_token_ids` when the row allows at most ``limit`` tokens (any number for None), else None:
+    one popcount decides and sizes the result (a sparse output layer asks this of every row)."""
     row, vocab = _bitmask_row(bitmask_row, vocab_size, "allowed_token_ids")
     if vocab == 0:
         return np.zeros(0, dtype=np.int64)
     n_full, tail = divmod(vocab, 32)
-    out = np.empty(int(_popcount_kernel(row, n_full, tail)), dtype=np.int64)
+    count = int(_popcount_kernel(row, n_full, tail))
+    if limit is not None and count > limit:
+        return None
+    out = np.empty(count, dtype=np.int64)
     n = _ids_kernel(row, n_full, tail, out)
     return out[:n]
