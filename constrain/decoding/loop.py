@@ -11,12 +11,20 @@ owns everything else, the same way for every backend:
 - the matcher reads the token, then the tokens the structure forces after it (:mod:`constrain.decoding.forcing`)
   are appended without sampling, and the next forward pass reads them all at once;
 - a row ends on an end-of-sequence token, or as soon as its structure is complete and allows nothing but the
-  end of sequence (no forward pass is spent on a token that has no choice), or at ``max_new_tokens``;
+  end of sequence (no forward pass is spent on a token that has no choice), or at its ``max_new_tokens`` (one
+  for every row or one per row), or when the caller ends it (:meth:`Decoding.stop_row`: a stop string found in
+  its text);
 - with a :class:`~constrain.decoding.speculative.Speculation` (one row), each forward pass after the first also
   verifies draft tokens (see :mod:`constrain.decoding.speculative`).
 
 The penalties of :class:`~constrain.decoding.params.SamplingParams` count the generated tokens, forced ones
 included (OpenAI's convention), not the prompt.
+
+With ``logprobs=k``, each generated token comes with its log-probability and the ``k`` most likely alternatives
+(:class:`TokenLogprob`) under the model's distribution *under the structure*: the log-softmax of the logits after
+the penalties, the logit bias and the structure mask, before temperature and top-k/p/min-p (OpenAI reports the
+model's distribution, not the sampler's). A token the structure forces (fast-forward) had probability 1 under the
+structure: log-probability 0.0, and itself as its only alternative.
 
 :class:`Decoding` is iterable: each step yields the tokens appended in that step, so a caller can stream them; the
 rows (:class:`DecodedRow`) hold the tokens and why each row stopped. Finished rows of a batch keep being fed an
@@ -35,11 +43,14 @@ from constrain.decoding.forcing import FAST_FORWARD_MODES, FastForward, Tokenize
 from constrain.decoding.params import SamplingParams
 from constrain.decoding.sampling import Sampler, next_token_probs
 from constrain.decoding.speculative import DraftContext, Speculation, SpeculationStats, Timer, accept
+from constrain.decoding.transforms import apply_logit_bias, apply_penalties, apply_structure_mask, log_softmax
 from constrain.errors import ArgumentError, ContextLengthError, ShapeError, TokenError, VocabularyError
 from constrain.kernels.bitmask import allocate_token_bitmask, few_allowed_ids
 from constrain.runtime.matcher import CompiledStructure, Matcher
 
 FinishReason = Literal["stop", "length"]
+#: Most alternatives a token's :class:`TokenLogprob` lists (OpenAI's bound on ``top_logprobs``).
+MAX_TOP_LOGPROBS = 20
 #: Per row, the ids its next token may take when the loop asks for a sparse output layer; None: all logits.
 Allowed = Sequence[np.ndarray | None]
 
@@ -83,17 +94,34 @@ class VerifyingModel(LogitsModel, Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class TokenLogprob:
+    """A generated token's log-probability under the structure, and the most likely alternatives at its position.
+
+    ``top``: ``(token, logprob)`` pairs by decreasing log-probability (ties by token id), at most the ``logprobs``
+    asked for; tokens the structure rules out (log-probability ``-inf``) are never listed, so a position that
+    allows fewer tokens lists fewer. A forced token has ``logprob`` 0.0 and ``top == [(token, 0.0)]``."""
+
+    token: int
+    logprob: float
+    top: list[tuple[int, float]]
+
+
 @dataclass
 class DecodedRow:
     """One row of a :class:`Decoding`: the generated tokens (end-of-sequence tokens left out) and how it ended.
 
-    ``forced``: how many of ``tokens`` were appended without sampling (fast-forward)."""
+    ``forced``: how many of ``tokens`` were appended without sampling (fast-forward). ``logprobs``: one
+    :class:`TokenLogprob` per token of ``tokens`` when the decoding asked for them for this row, else None.
+    ``max_new_tokens``: the row's budget."""
 
     prompt_tokens: int
     matcher: Matcher | None
     tokens: list[int] = field(default_factory=list)
     finish_reason: FinishReason | None = None
     forced: int = 0
+    logprobs: list[TokenLogprob] | None = None
+    max_new_tokens: int = 256
 
     @property
     def complete(self) -> bool:
@@ -110,7 +138,10 @@ class Decoding:
     ``fast_forward``: ``"tokens"``, ``"text"`` or ``"off"`` (see :mod:`constrain.decoding.forcing`), for every row
     or one per row; ``"text"`` needs ``tokenize``, the tokenizer's split of a text without special tokens.
     ``speculation``: draft tokens verified by the model, for one row on a :class:`VerifyingModel`; its figures are
-    in ``speculation_stats``.
+    in ``speculation_stats``. ``max_new_tokens``: one budget for every row or one per row. ``logprobs``: None (no
+    log-probabilities, no cost), or how many alternatives (0 to 20) each generated token lists in its
+    :class:`TokenLogprob` (``row.logprobs``), for every row or one per row (None for a row that wants none); not
+    combined with speculation.
     """
 
     def __init__(
@@ -120,23 +151,24 @@ class Decoding:
         *,
         structures: CompiledStructure | Sequence[CompiledStructure | None] | None = None,
         sampling: SamplingParams | Sequence[SamplingParams] | None = None,
-        max_new_tokens: int = 256,
+        max_new_tokens: int | Sequence[int] = 256,
         eos_ids: Sequence[int] = (),
         fast_forward: FastForward | Sequence[FastForward] = "tokens",
         tokenize: Tokenize | None = None,
         speculation: Speculation | None = None,
+        logprobs: int | Sequence[int | None] | None = None,
     ):
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise ArgumentError("max_new_tokens", max_new_tokens, "an int >= 1")
         prompts = [list(p) for p in prompts]
         if not prompts or any(not p for p in prompts):
             raise ArgumentError("prompts", prompts, "one or more non-empty lists of token ids")
+        limits = _row_limits(max_new_tokens, len(prompts))
+        self._top = _row_logprobs(logprobs, len(prompts))
         if model.max_batch is not None and len(prompts) > model.max_batch:
             raise ArgumentError("prompts", f"{len(prompts)} rows", f"this model decodes at most {model.max_batch}")
         if model.context_length is not None:
-            longest = max(len(p) for p in prompts)
-            if longest + max_new_tokens > model.context_length:
-                raise ContextLengthError(longest, max_new_tokens, model.context_length)
+            for p, limit in zip(prompts, limits):
+                if len(p) + limit > model.context_length:
+                    raise ContextLengthError(len(p), limit, model.context_length)
         per_row = _per_row(structures, len(prompts))
         vocab_sizes = {s.vocab.size for s in per_row if s is not None}
         if any(size > model.logits_width for size in vocab_sizes):
@@ -150,6 +182,8 @@ class Decoding:
                 raise ArgumentError("speculation", speculation, "a Speculation(source, k)")
             if len(prompts) != 1:
                 raise ArgumentError("prompts", f"{len(prompts)} rows", "one row under speculative decoding")
+            if self._top[0] is not None:
+                raise ArgumentError("logprobs", logprobs, "None under speculative decoding")
             if not callable(getattr(model, "verify", None)) or not callable(getattr(model, "rollback", None)):
                 raise ArgumentError("model", model, "a model with verify() and rollback() for speculative decoding")
             _check_draft_vocabulary(speculation.source, model)
@@ -158,10 +192,18 @@ class Decoding:
         self.speculation_stats = SpeculationStats(speculation.k) if speculation is not None else None
         self.model = model
         self.prompts = prompts
-        self.max_new_tokens = max_new_tokens
+        #: The largest budget of a row (each row's own is ``rows[i].max_new_tokens``).
+        self.max_new_tokens = max(limits)
         self.eos_ids = frozenset(int(t) for t in eos_ids)
         self.tokenize = tokenize
-        self.rows = [DecodedRow(len(p), s.matcher() if s is not None else None) for p, s in zip(prompts, per_row)]
+        self.rows = [
+            DecodedRow(
+                len(p), s.matcher() if s is not None else None, logprobs=[] if top is not None else None,
+                max_new_tokens=limit,
+            )
+            for p, s, limit, top in zip(prompts, per_row, limits, self._top)
+        ]  # fmt: skip
+        self._want_logprobs = any(top is not None for top in self._top)
         self.sampler = Sampler(sampling if sampling is not None else SamplingParams(temperature=0.0))
         self._constrained = any(s is not None for s in per_row)
         self._bitmask = allocate_token_bitmask(len(prompts), model.logits_width) if self._constrained else None
@@ -176,6 +218,16 @@ class Decoding:
     @property
     def done(self) -> bool:
         return all(row.finish_reason is not None for row in self.rows)
+
+    def stop_row(self, i: int) -> None:
+        """End row ``i`` now with finish reason ``"stop"`` (a caller that found a stop string in its text): its
+        tokens stay as they are and the loop feeds it nothing more. Call it between steps (while iterating); a
+        row already ended keeps its reason. When every row has ended, the iteration ends without another pass."""
+        if isinstance(i, bool) or not isinstance(i, int) or not -len(self.rows) <= i < len(self.rows):
+            raise ArgumentError("i", i, f"a row index in 0..{len(self.rows) - 1}")
+        row = self.rows[i]
+        if row.finish_reason is None:
+            row.finish_reason = "stop"
 
     def __iter__(self) -> Iterator[list[tuple[int, int]]]:
         """Run the batch; each step yields ``(row, token)`` for every token appended in it."""
@@ -201,7 +253,11 @@ class Decoding:
                     yield appended
             if self.done:
                 return
-            logits = self._forward(self.model.extend, chunks)
+            logits = self._forward(self.model.extend, self._feeds(chunks))
+
+    def _feeds(self, chunks: list[list[int]]) -> list[list[int]]:
+        """Each row's feed of the next pass: a row the caller stopped (:meth:`stop_row`) gets the padding token."""
+        return [c if row.finish_reason is None else [self._pad] for c, row in zip(chunks, self.rows)]
 
     def run(self) -> list[DecodedRow]:
         """Decode to the end; the rows."""
@@ -249,6 +305,7 @@ class Decoding:
         history = [np.asarray(row.tokens, dtype=np.int64) for row in rows]
         drawn = self.sampler.sample(logits, history=history, mask=self._bitmask)
         drawn = drawn.tolist() if hasattr(drawn, "tolist") else list(drawn)
+        logprobs = self._log_probs(logits, history) if self._want_logprobs else {}
         appended: list[tuple[int, int]] = []
         chunks: list[list[int]] = []
         for i, (row, token) in enumerate(zip(rows, drawn)):
@@ -258,12 +315,31 @@ class Decoding:
                 if token in self.eos_ids or (row.matcher is not None and row.matcher.is_finished()):
                     row.finish_reason = "stop"
                 else:
+                    if i in logprobs:
+                        row.logprobs.append(_token_logprob(logprobs[i], token, self._top[i]))
                     self._append(row, token, i, appended)
                     if row.finish_reason is None:
                         chunks.append([token] + self._fast_forward(i, appended))
                         continue
             chunks.append([self._pad])
         return appended, chunks
+
+    def _log_probs(self, logits: Any, history: list[np.ndarray]) -> dict[int, np.ndarray]:
+        """Per live row that asked for log-probabilities, the log-softmax of its logits after the penalties, the
+        logit bias and the structure mask (float64): the distribution under the structure, untempered."""
+        rows = [i for i, row in enumerate(self.rows) if row.finish_reason is None and self._top[i] is not None]
+        if not rows:
+            return {}
+        z = logits[rows]
+        if hasattr(z, "detach"):  # a torch tensor
+            z = z.detach().float().cpu().numpy()
+        z = np.array(z, dtype=np.float32)
+        params = [self.sampler.row_params(i) for i in rows]
+        apply_penalties(z, [history[i] for i in rows], params, inplace=True)
+        apply_logit_bias(z, params, inplace=True)
+        if self._bitmask is not None:
+            apply_structure_mask(z, self._bitmask[rows], inplace=True)
+        return dict(zip(rows, log_softmax(z)))
 
     def _speculate(self, chunk: list[int]) -> tuple[list[tuple[int, int]], list[list[int]], bool]:
         """One round of speculative decoding on the single row: drafts, one verifying pass, acceptance. Returns the
@@ -320,7 +396,7 @@ class Decoding:
         speculation), the source asked again after each insertion. Returns the tokens, which were forced, each
         draft's distribution (None: proposed outright), and how many tokens the source proposed."""
         spec, row = self.speculation, self.rows[0]
-        room = min(spec.k, self.max_new_tokens - len(row.tokens) - 1)  # the token drawn after them needs room too
+        room = min(spec.k, row.max_new_tokens - len(row.tokens) - 1)  # the token drawn after them needs room too
         probe = row.matcher.copy() if row.matcher is not None else None
         block: list[int] = []
         forced: list[bool] = []
@@ -379,9 +455,11 @@ class Decoding:
         if row.matcher is None or row.finish_reason is not None:
             return []
         forced = forced_continuation(row.matcher, self.modes[i], tokenize=self.tokenize)
-        forced = forced[: self.max_new_tokens - len(row.tokens)]
+        forced = forced[: row.max_new_tokens - len(row.tokens)]
         row.matcher.advance(forced)
         for token in forced:
+            if row.logprobs is not None:  # probability 1 under the structure
+                row.logprobs.append(TokenLogprob(token, 0.0, [(token, 0.0)][: self._top[i]]))
             self._append(row, token, i, appended)
         row.forced += len(forced)
         return forced
@@ -390,7 +468,7 @@ class Decoding:
         """Append a token the row's matcher has read; end the row on its budget or a structure left complete."""
         row.tokens.append(token)
         appended.append((i, token))
-        if len(row.tokens) >= self.max_new_tokens:
+        if len(row.tokens) >= row.max_new_tokens:
             row.finish_reason = "length"
         elif row.matcher is not None and self._only_end_left(row.matcher):
             row.finish_reason = "stop"
@@ -403,6 +481,56 @@ class Decoding:
         ends = matcher.structure.eos_ids
         allowed = matcher.allowed_tokens()
         return len(allowed) <= len(ends) and all(int(t) in ends for t in allowed)
+
+
+def _row_limits(max_new_tokens: int | Sequence[int], batch: int) -> list[int]:
+    """One token budget per row."""
+    if isinstance(max_new_tokens, (int, np.integer)) and not isinstance(max_new_tokens, bool):
+        limits = [int(max_new_tokens)] * batch
+    elif isinstance(max_new_tokens, Sequence) and not isinstance(max_new_tokens, str):
+        limits = list(max_new_tokens)
+    else:
+        limits = []
+    ints = all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) for n in limits)
+    if len(limits) != batch or not ints or any(n < 1 for n in limits):
+        raise ArgumentError("max_new_tokens", max_new_tokens, f"an int >= 1, or one per prompt ({batch})")
+    return [int(n) for n in limits]
+
+
+def _row_logprobs(logprobs: int | Sequence[int | None] | None, batch: int) -> list[int | None]:
+    """Per row, how many alternatives its tokens' log-probabilities list (None: none computed)."""
+
+    def valid(n: Any) -> bool:
+        is_int = isinstance(n, (int, np.integer)) and not isinstance(n, bool)
+        return n is None or (is_int and 0 <= n <= MAX_TOP_LOGPROBS)
+
+    if logprobs is None or (isinstance(logprobs, (int, np.integer)) and not isinstance(logprobs, bool)):
+        per_row = [logprobs] * batch
+    elif isinstance(logprobs, Sequence) and not isinstance(logprobs, str):
+        per_row = list(logprobs)
+    else:
+        per_row = []
+    if len(per_row) != batch or not all(valid(n) for n in per_row):
+        requirement = f"None, an int in 0..{MAX_TOP_LOGPROBS}, or one of those per prompt ({batch})"
+        raise ArgumentError("logprobs", logprobs, requirement)
+    return [None if n is None else int(n) for n in per_row]
+
+
+def _token_logprob(logprobs: np.ndarray, token: int, top: int) -> TokenLogprob:
+    """``token``'s entry in a row of log-probabilities, with the ``top`` most likely tokens (finite ones only)."""
+    alternatives: list[tuple[int, float]] = []
+    if top:
+        k = min(top, logprobs.shape[0])
+        ids = np.argpartition(-logprobs, k - 1)[:k] if k < logprobs.shape[0] else np.arange(logprobs.shape[0])
+        # a tie at the k-th value: argpartition picks among the tied arbitrarily; take the lowest ids
+        cut = logprobs[ids].min()
+        if np.isfinite(cut):
+            tied = np.flatnonzero(logprobs == cut)
+            ids = np.concatenate([ids[logprobs[ids] > cut], tied])
+        ids = ids[np.isfinite(logprobs[ids])]
+        order = np.lexsort((ids, -logprobs[ids]))[:k]
+        alternatives = [(int(t), float(logprobs[t])) for t in ids[order]]
+    return TokenLogprob(int(token), float(logprobs[token]), alternatives)
 
 
 def _per_row(
