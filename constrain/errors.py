@@ -212,3 +212,20 @@ class MissingExtraError(ConstrainError, ImportError):
         what = f"{feature} needs {module}" if feature else f"{module} is needed"
         detail = f" ({self.missing} is not installed)" if self.missing != module else " and is not installed"
         super().__init__(f'{what}{detail}: pip install "constrain[{extra}]"', name=self.missing)
+
+
+class ToolError(ConstrainError, ValueError):
+    """A tool definition that cannot be used (a bad name, parameters that are not an object schema, a function
+    whose parameters have no JSON Schema), or a ``tool_choice`` that names no offered tool."""
+
+
+class ToolCallError(ConstrainError, ValueError):
+    """Text that is not valid tool calls: not in the format, an unknown tool, or arguments their schema refuses.
+    ``text`` holds the text, ``position`` the character offset where reading failed (None when the arguments
+    were read but refused)."""
+
+    def __init__(self, message: str, text: str, position: int | None = None):
+        self.text = text
+        self.position = position
+        where = f" at character {position}" if position is not None else ""
+        super().__init__(f"{message}{where} (text: {text[:200]!r})")

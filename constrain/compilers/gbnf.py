@@ -13,7 +13,13 @@ Characters are Unicode code points, matched as their UTF-8 bytes. Where llama.cp
 with a :class:`GrammarSyntaxError` (line and column): a rule defined twice (llama.cpp keeps the last), a class
 that matches nothing, a reversed range, surrogate code points (UTF-8 text cannot hold them; classes simply
 leave them out), counts above 2000 (llama.cpp refuses a larger minimum but silently turns a larger maximum
-into "unbounded"), and token references ``<[id]>`` ``<token>`` ``!<...>``, which depend on one tokenizer.
+into "unbounded").
+
+Token references match one token: ``<[id]>`` by id, ``<text>`` the token whose text is ``<text>`` (a special token's
+name such as ``<think>``, or a text token's exact text), and ``!<...>`` one token other than that. They are resolved
+against the vocabulary at compile time (:mod:`constrain.grammar.tokens`): a named token matches exactly where the
+grammar names it. A negation is honoured repeated (``!<[id]>*``, ``!<[id]>+``: text in which the token does not
+occur); a lone negation, or one counted ``{m,n}``, is refused: a byte-level matcher cannot tell where one token ends.
 Undefined rules and left recursion (which llama.cpp refuses too) are reported by
 :func:`~constrain.grammar.rules.build_pushdown` with the rule's name.
 """
@@ -26,15 +32,19 @@ from constrain.automata.limits import DEFAULT_TIME_LIMIT, time_limited
 from constrain.automata.regex import deep_nesting_offset
 from constrain.automata.utf8 import MAX_CODE_POINT, SURROGATES, complement_ranges
 from constrain.errors import ArgumentError, GrammarSyntaxError
-from constrain.grammar.ir import Alt, Expr, Grammar, Literal, Ref, Regex, Repeat, Seq
-from constrain.grammar.rules import build_pushdown
-from constrain.runtime.pushdown import GrammarStructure
+from constrain.grammar.ir import Alt, Expr, Grammar, Literal, Ref, Regex, Repeat, Seq, Token, TokensExcept
+from constrain.runtime.pushdown import GrammarStructure, compile_grammar
 from constrain.vocab.vocabulary import Vocabulary
 
 #: llama.cpp's MAX_REPETITION_THRESHOLD: the largest count accepted in ``{m,n}``.
 MAX_COUNT = 2000
 
 _NAME = re.compile(r"[A-Za-z0-9-]+")
+_TOKEN_REF = re.compile(r"<\[(\d+)\]>|<[^\s<>]+>")
+_ONE_TOKEN = (
+    "a negated token reference reads exactly one token, which a byte-level matcher cannot honour exactly; "
+    "repeat it with * or + (text without that token)"
+)
 _COUNT = re.compile(r"\{[ \t]*(\d+)[ \t]*(?:(,)[ \t]*(\d*)[ \t]*)?\}")
 _SIMPLE_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "\\": "\\", '"': '"', "[": "[", "]": "]", "-": "-"}
 _HEX_ESCAPES = {"x": 2, "u": 4, "U": 8}
@@ -85,6 +95,9 @@ class _Parser:
         self.text = text
         self.pos = 0
         self.rules: dict[str, Expr] = {}
+        #: Whether a token reference was read; where each negated one is (until a quantifier takes it).
+        self.names_tokens = False
+        self.negations: dict[int, int] = {}
 
     def error(self, message: str, offset: int | None = None) -> GrammarSyntaxError:
         return GrammarSyntaxError.at(message, self.text, self.pos if offset is None else offset)
@@ -143,6 +156,8 @@ class _Parser:
             self.pos += 1
             self.space(True)
             options.append(self.sequence(nested))
+        if len(options) > 1 or not nested:
+            self.refuse_lone_negation(options)
         return options[0] if len(options) == 1 else Alt(tuple(options))
 
     def sequence(self, nested: bool) -> Expr:
@@ -170,15 +185,49 @@ class _Parser:
                     raise self.error(f"{c!r} needs an item before it")
                 items[-1] = self.quantifier(items[-1])
             elif c in "<!":
-                raise self.error("token references (<[id]>, <token>, !<...>) are not supported")
+                items.append(self.token_reference())
             elif _NAME.match(c):
                 items.append(Ref(self.name()))
             else:
                 break
             self.space(nested)
+        if len(items) > 1:
+            self.refuse_lone_negation(items)
         return items[0] if len(items) == 1 else Seq(tuple(items))
 
+    def refuse_lone_negation(self, items: list[Expr]) -> None:
+        """A negated token reference that no quantifier repeats (a single one is left to the caller, which may)."""
+        for item in items:
+            if type(item) is TokensExcept:
+                raise self.error(_ONE_TOKEN, self.negations[id(item)])
+
+    def token_reference(self) -> Expr:
+        """``<[id]>``, ``<text>`` (the token whose text that is) or their negation ``!<...>``: one token."""
+        at = self.pos
+        negated = self.peek() == "!"
+        self.pos += negated
+        if self.peek() != "<":
+            raise self.error("expecting '<' after '!' (a negated token reference)")
+        match = _TOKEN_REF.match(self.text, self.pos)
+        if not match:
+            raise self.error("expecting a token reference: <[id]> or <text> (no spaces, closed by '>')")
+        self.pos = match.end()
+        ref: int | str = int(match.group(1)) if match.group(1) is not None else match.group(0)
+        self.names_tokens = True
+        if not negated:
+            return Token(ref)
+        expr = TokensExcept((ref,))
+        self.negations[id(expr)] = at
+        return expr
+
     def quantifier(self, item: Expr) -> Repeat:
+        at = self.pos
+        out = self._quantified(item)
+        if type(item) is TokensExcept and (out.max is not None or out.min > 1):
+            raise self.error(_ONE_TOKEN, at)
+        return out
+
+    def _quantified(self, item: Expr) -> Repeat:
         c = self.text[self.pos]
         if c != "{":
             self.pos += 1
@@ -270,7 +319,9 @@ def gbnf_to_grammar(text: str, start: str = "root") -> Grammar:
     if not isinstance(text, str):
         raise ArgumentError("text", text, "a GBNF grammar must be a str")
     try:
-        return Grammar(_Parser(text).parse(), start)
+        parser = _Parser(text)
+        rules = parser.parse()
+        return Grammar(rules, start, names_tokens=parser.names_tokens)
     except RecursionError:
         offset = deep_nesting_offset(text)
         raise GrammarSyntaxError.at("groups nest too deeply", text, offset if offset is not None else 0) from None
@@ -287,4 +338,4 @@ def compile_gbnf(
     """Compile a GBNF grammar for ``vocab``; ``options`` (``cache_bytes``) go to the structure. ``time_limit``:
     CPU seconds before :class:`~constrain.errors.CompileTimeout` (None: no limit)."""
     with time_limited(time_limit, "the GBNF grammar"):
-        return GrammarStructure(build_pushdown(gbnf_to_grammar(text, start)), vocab, source=text, **options)
+        return compile_grammar(gbnf_to_grammar(text, start), vocab, source=text, **options)

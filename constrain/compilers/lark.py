@@ -55,8 +55,7 @@ from constrain.automata.regex import add_regex
 from constrain.compilers.gbnf import escape_char
 from constrain.errors import ArgumentError, GrammarError, GrammarSyntaxError, RegexError
 from constrain.grammar.ir import Alt, Expr, Grammar, Literal, Ref, Regex, Repeat, Seq
-from constrain.grammar.rules import build_pushdown
-from constrain.runtime.pushdown import GrammarStructure
+from constrain.runtime.pushdown import GrammarStructure, compile_grammar
 from constrain.vocab.vocabulary import Vocabulary
 
 __all__ = ["GrammarSyntaxError", "compile_lark", "lark_to_grammar"]
@@ -251,4 +250,4 @@ def compile_lark(
     """Compile a Lark grammar for ``vocab``; ``options`` (``cache_bytes``) go to the structure. ``time_limit``:
     CPU seconds before :class:`~constrain.errors.CompileTimeout` (None: no limit)."""
     with time_limited(time_limit, "the Lark grammar"):
-        return GrammarStructure(build_pushdown(lark_to_grammar(text, start)), vocab, source=text, **options)
+        return compile_grammar(lark_to_grammar(text, start), vocab, source=text, **options)

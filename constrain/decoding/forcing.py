@@ -25,6 +25,7 @@ from typing import Literal
 from constrain.errors import TokenError
 from constrain.kernels.bitmask import allowed_token_ids
 from constrain.runtime.matcher import Matcher
+from constrain.vocab.vocabulary import LITERAL_BYTE
 
 FastForward = Literal["off", "tokens", "text"]
 FAST_FORWARD_MODES: tuple[str, ...] = ("off", "tokens", "text")
@@ -71,7 +72,9 @@ def _canonical_tokens(matcher: Matcher, tokenize: Tokenize, limit: int) -> list[
 
 
 def _complete_characters(data: bytes) -> str:
-    """``data`` cut after its last whole UTF-8 character, decoded (forced bytes may stop inside one)."""
+    """``data`` cut after its last whole UTF-8 character, decoded (forced bytes may stop inside one), and before a
+    token literal (a named special token, which is not text: the token itself is forced next)."""
+    data = data.split(bytes([LITERAL_BYTE]), 1)[0]
     for cut in range(len(data), max(len(data) - 4, -1), -1):
         try:
             return data[:cut].decode("utf-8")

@@ -28,6 +28,25 @@ class Regex:
 
 
 @dataclass(frozen=True)
+class Token:
+    """Exactly one token, named by id or by its text (a special token's name such as ``<tool_call>``).
+
+    Resolved against the vocabulary when the grammar is compiled (:mod:`constrain.grammar.tokens`): special tokens
+    stay unmatchable everywhere else, so this is the only way a structure lets one through."""
+
+    ref: int | str
+
+
+@dataclass(frozen=True)
+class TokensExcept:
+    """One token other than these (GBNF's ``!<[id]>``). Over bytes, only a repetition of it is exact: ``Repeat(
+    TokensExcept(...), 0 or 1, None)`` is any text in which the named tokens do not occur; anything else is
+    refused when the grammar is compiled."""
+
+    refs: tuple[int | str, ...]
+
+
+@dataclass(frozen=True)
 class Ref:
     """One match of another rule."""
 
@@ -110,7 +129,7 @@ class Automaton:
         return f"Automaton({self.dfa.num_states} states, {self._key.hex()[:12]})"
 
 
-Expr = Literal | Regex | Ref | Seq | Alt | Repeat | Automaton
+Expr = Literal | Regex | Ref | Seq | Alt | Repeat | Automaton | Token | TokensExcept
 
 
 def shared(expr: Seq | Alt) -> Seq | Alt:
@@ -129,6 +148,9 @@ class Grammar:
     rules: Mapping[str, Expr]
     start: str
     origins: Mapping[str, str] = field(default_factory=dict, compare=False)
+    #: Whether some rule names tokens (:class:`Token`, :class:`TokensExcept`): compiling it then resolves them
+    #: against the vocabulary (:func:`~constrain.grammar.tokens.resolve_tokens`).
+    names_tokens: bool = False
 
 
 @dataclass(frozen=True, eq=False)

@@ -25,6 +25,7 @@ from constrain.cache import BoundedCache
 from constrain.errors import AmbiguityError, DepthError
 from constrain.grammar.ir import Grammar, Pushdown
 from constrain.grammar.rules import build_pushdown
+from constrain.grammar.tokens import resolve_tokens
 from constrain.runtime.lexical import (
     _NO_RANGES,
     LexicalMasks,
@@ -448,9 +449,13 @@ class GrammarStructure(CompiledStructure):
 def compile_grammar(
     grammar: Grammar, vocab: Vocabulary, *, deadline: float | None = None, **options
 ) -> GrammarStructure:
-    """Compile a grammar (the IR of :mod:`constrain.grammar`) for ``vocab``; ``options``: ``cache_bytes``;
-    ``deadline``: see :func:`~constrain.grammar.rules.build_pushdown`."""
-    return GrammarStructure(build_pushdown(grammar, deadline=deadline), vocab, source=grammar.start, **options)
+    """Compile a grammar (the IR of :mod:`constrain.grammar`) for ``vocab``; ``options``: ``cache_bytes``,
+    ``source`` (what the structure names itself by; the start rule by default); ``deadline``: see
+    :func:`~constrain.grammar.rules.build_pushdown`. A grammar that names tokens is compiled for the vocabulary
+    with their literals (:mod:`constrain.grammar.tokens`)."""
+    grammar, vocab = resolve_tokens(grammar, vocab)
+    options.setdefault("source", grammar.start)
+    return GrammarStructure(build_pushdown(grammar, deadline=deadline), vocab, **options)
 
 
 @njit(cache=True, nogil=True)

@@ -32,6 +32,18 @@ from constrain.vocab.trie import TokenTrie, _build_trie, _trie_arrays
 
 # --------------------------------------------------------------------------------------------------- vocabulary
 
+#: The first byte of a token literal (:func:`token_literal`): one that UTF-8 text never holds.
+LITERAL_BYTE = 0xFF
+#: Vocabularies with token literals kept (:meth:`Vocabulary.with_token_literals`), oldest dropped first.
+_LITERAL_VOCABS_KEPT = 8
+_LITERAL_VOCABS: dict[tuple[str, tuple[int, ...]], Vocabulary] = {}
+
+
+def token_literal(token_id: int) -> bytes:
+    """The bytes that stand for token ``token_id`` in a vocabulary made by :meth:`Vocabulary.with_token_literals`:
+    :data:`LITERAL_BYTE`, then the id in three bytes (fixed length, so no literal is a prefix of another)."""
+    return bytes([LITERAL_BYTE]) + int(token_id).to_bytes(3, "big")
+
 
 def _fingerprint(data: np.ndarray, offsets: np.ndarray, matchable: np.ndarray, eos_ids: np.ndarray) -> str:
     h = hashlib.sha256(b"constrain.Vocabulary/1\0")
@@ -148,6 +160,53 @@ class Vocabulary:
             raise TokenError(f"token id {int(arr[bad][0])} is out of range: this vocabulary has ids 0..{self.size - 1}")
         blob, off = self._blob, self.offsets
         return b"".join([blob[s:e] for s, e in zip(off[arr].tolist(), off[arr + 1].tolist())])
+
+    def text_with_specials(self, ids: Iterable[int]) -> str:
+        """The text of ``ids`` with each special token written as its name (``<tool_call>``), where :meth:`decode`
+        leaves it out: what a parser of a chat model's output (tool calls) reads. Invalid UTF-8 is replaced."""
+        parts: list[bytes] = []
+        for t in ids:
+            i = self._check_id(t)
+            name = self.special_names.get(i)
+            parts.append(name.encode() if name is not None else self._blob[self.offsets[i] : self.offsets[i + 1]])
+        return b"".join(parts).decode("utf-8", errors="replace")
+
+    def with_token_literals(self, ids: Iterable[int]) -> Vocabulary:
+        """This vocabulary where each token of ``ids`` reads as its :func:`token_literal`: what a structure that
+        names tokens (a tool call's ``<tool_call>``, a GBNF ``<[id]>``) is compiled for.
+
+        A literal starts with a byte UTF-8 never uses, so no text can spell one: a named token matches exactly
+        where a structure names it, and nowhere else (a named text token is then no longer text in that structure;
+        its text can still be spelled by other tokens). Tokens whose own bytes hold that byte (byte-fallback
+        ``<0xFF>``) become unmatchable, so they cannot start one either. End-of-sequence tokens cannot be named:
+        a structure ends where it is complete. Cached per (vocabulary, ids)."""
+        named = sorted({self._check_id(t) for t in ids})
+        eos = set(self.eos_ids.tolist())
+        for i in named:
+            if i in eos:
+                raise TokenError(
+                    f"token {i} ({self.token_text(i)!r}) ends the sequence and cannot be named in a structure"
+                )
+            if i >= 1 << 24:
+                raise TokenError(f"token id {i} is too large to be named in a structure (the limit is 2**24 - 1)")
+        key = (self.fingerprint, tuple(named))
+        found = _LITERAL_VOCABS.get(key)
+        if found is not None:
+            return found
+        byte_list = [
+            self._blob[self.offsets[i] : self.offsets[i + 1]] if self.matchable[i] else b"" for i in range(self.size)
+        ]
+        for i, token in enumerate(byte_list):
+            if LITERAL_BYTE in token:
+                byte_list[i] = b""
+        for i in named:
+            byte_list[i] = token_literal(i)
+        names = {i: name for i, name in self.special_names.items()}
+        derived = Vocabulary._from_byte_list(byte_list, self.eos_ids, kind=self.kind, special_names=names)
+        if len(_LITERAL_VOCABS) >= _LITERAL_VOCABS_KEPT:
+            _LITERAL_VOCABS.pop(next(iter(_LITERAL_VOCABS)))
+        _LITERAL_VOCABS[key] = derived
+        return derived
 
     def token_text(self, token_id: int) -> str:
         """A readable form of a token for messages: its bytes decoded with replacement, or its special name."""

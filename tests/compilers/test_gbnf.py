@@ -257,7 +257,9 @@ def test_gemma_random_walks_under_the_mask_produce_json(gemma_vocab):
         ('root ::= "a"{3000}', 1, 13, "counts above 2000"),
         ('root ::= "a"{3,2}', 1, 13, "below the minimum"),
         ('root ::= "a"{,2}', 1, 13, "expecting {m}, {m,} or {m,n}"),
-        ("root ::= <[12]>", 1, 10, "token references"),
+        ("root ::= !<[12]>", 1, 10, "negated token reference reads exactly one token"),
+        ('root ::= "a" (!<[12]>){2,3}', 1, 23, "negated token reference"),
+        ("root ::= <[12]", 1, 10, "expecting a token reference"),
         ('root ::= "a"\n# note\nroot ::= "b"', 3, 1, "rule 'root' is defined twice"),
     ],
 )
