@@ -1,0 +1,17 @@
+"""The embedded Gemma 3 270M, loaded once for the scheduler's and the server's tests."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import constrain
+
+
+@pytest.fixture(scope="session")
+def llm():
+    """The embedded model on one torch thread (two threads that wait for each other are slower on 2 cores)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield constrain.LLM()
+    torch.set_num_threads(threads)
