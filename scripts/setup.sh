@@ -59,7 +59,7 @@ if [ -z "${CMAKE_ARGS:-}" ] && [ "$(uname -m)" = x86_64 ] && [ -r /proc/cpuinfo 
   done
   export CMAKE_ARGS
 fi
-pip install -q -e ".[demo,test,bench,llamacpp]"
+pip install -q -e ".[demo,test,bench,llamacpp,server]"
 # A wheel cached from a -march=native build would crash the test run: check that llama.cpp can evaluate a token,
 # and rebuild it once (replacing the cached wheel) if it cannot.
 llama_runs() {

@@ -334,8 +334,11 @@ class Scheduler:
         if structure is not None:
             if not isinstance(structure, CompiledStructure):
                 raise ArgumentError("structure", structure, "a CompiledStructure or None")
-            if structure.vocab.fingerprint != self.vocab.fingerprint:
-                raise VocabularyError("the structure was compiled for another vocabulary than the model's")
+            if structure.vocab.size > self.backend.logits_width:
+                raise VocabularyError(
+                    f"the structure's vocabulary has {structure.vocab.size:,} tokens but the model's logits have "
+                    f"{self.backend.logits_width:,} columns: it was compiled for another model"
+                )
         return Request(ids, structure, sampling, max_new_tokens, tuple(stop), fast_forward, logprobs)
 
     # -- the worker ----------------------------------------------------------------------------------------------
@@ -448,7 +451,7 @@ class Scheduler:
                 row.cut, row.stop = min(found)
                 decoding.stop_row(i)
                 return
-        self._deliver(row, decoding, i, _safe_end(text.text, stops))
+        self._deliver(row, decoding, i, safe_text_end(text.text, stops))
 
     def _deliver(self, row: _Row, decoding: Decoding, i: int, end: int, *, final: bool = False) -> None:
         """Deliver the text up to ``end`` and the tokens that start before it (all of them when ``final``
@@ -499,7 +502,7 @@ class Scheduler:
         )
 
 
-def _safe_end(text: str, stops: Sequence[str]) -> int:
+def safe_text_end(text: str, stops: Sequence[str]) -> int:
     """Where the text that no stop string can begin in ends: before the longest suffix of ``text`` that starts
     one of ``stops``."""
     held = 0
