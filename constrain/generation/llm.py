@@ -20,9 +20,9 @@ import asyncio
 import dataclasses
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from constrain.compilers.output_types import OutputType, output_type
 from constrain.decoding.forcing import FastForward
@@ -31,9 +31,14 @@ from constrain.decoding.params import SamplingParams
 from constrain.decoding.speculative import Speculation
 from constrain.errors import ArgumentError, IncompleteOutputError
 from constrain.generation.backends import Backend, open_backend
-from constrain.generation.prompts import render, split_batch
+from constrain.generation.prompts import PLAIN_CHAT_STOP, render, split_batch
 from constrain.generation.streaming import TextStream
 from constrain.runtime.matcher import CompiledStructure
+from constrain.vocab.vocabulary import Vocabulary
+
+if TYPE_CHECKING:
+    from constrain.compilers.tools import ToolCall, ToolChoice, ToolFormat
+    from constrain.generation.agent import ToolResponse, ToolRun
 
 #: The sampling of a call that names none: greedy.
 GREEDY = SamplingParams(temperature=0.0)
@@ -91,13 +96,16 @@ class LLM:
         strict: bool = True,
         fast_forward: FastForward | None = None,
         speculation: Speculation | None = None,
+        stop: str | Sequence[str] | None = None,
         **sampling_fields: Any,
     ) -> Completion | list[Completion]:
         """Like :meth:`generate`, but returns :class:`Completion` objects (text, value, tokens, finish reason)."""
         prompts, batch = split_batch(prompt)
         resolved, structure = self._resolve(output_type, strict)
         params = _sampling(sampling, sampling_fields)
-        ids = [self.backend.encode(render(p, self._chat_template())) for p in prompts]
+        template = self._chat_template()
+        ids = [self.backend.encode(render(p, template)) for p in prompts]
+        stops = _stop_strings(stop, any(not isinstance(p, str) for p in prompts) and template is None)
         completions: list[Completion] = []
         step = 1 if speculation is not None else self.backend.max_batch or len(ids)
         for start in range(0, len(ids), step):
@@ -105,10 +113,25 @@ class LLM:
             with self._lock:
                 begun = time.perf_counter()
                 decoding = self._decoding(chunk, resolved, structure, params, max_new_tokens, fast_forward, speculation)
-                rows = decoding.run()
+                rows = self._run(decoding, stops)
                 seconds = time.perf_counter() - begun
             completions.extend(self._finish(row, resolved, seconds) for row in rows)
         return completions if batch else completions[0]
+
+    def _run(self, decoding: Decoding, stops: list[str]) -> list[DecodedRow]:
+        """Run ``decoding``; a row whose text comes to hold a stop string ends there, its tokens cut before it."""
+        if not stops:
+            return decoding.run()
+        longest = max(map(len, stops))
+        for step in decoding:
+            for i in {i for i, _ in step}:
+                row = decoding.rows[i]
+                tail = self.vocab.decode(row.tokens[-longest - 1 :]).decode("utf-8", errors="replace")
+                if any(s in tail for s in stops):
+                    decoding.stop_row(i)
+        for row in decoding.rows:
+            _cut_at_stop(row, stops, self.vocab)
+        return decoding.rows
 
     def generate(
         self,
@@ -120,6 +143,7 @@ class LLM:
         strict: bool = True,
         fast_forward: FastForward | None = None,
         speculation: Speculation | None = None,
+        stop: str | Sequence[str] | None = None,
         **sampling_fields: Any,
     ) -> Any:
         """Generate one output for ``prompt`` (a string or a chat), or one per prompt of a list.
@@ -133,7 +157,10 @@ class LLM:
         without sampling (see :mod:`constrain.decoding.forcing`): ``"tokens"`` (the output is unchanged),
         ``"text"`` (the forced text in the tokenizer's own split; the default for JSON output types) or ``"off"``.
         ``speculation``: a :class:`~constrain.decoding.speculative.Speculation` (drafts verified by the model, the
-        output distributed as without it; a batch then runs one prompt at a time).
+        output distributed as without it; a batch then runs one prompt at a time). ``stop``: strings that end the
+        output, left out of it; a chat read in the plain format (a model without a chat template) also stops at
+        the next ``User:`` turn the model would write. A stop inside an unfinished structure raises
+        :class:`~constrain.errors.IncompleteOutputError`.
 
         Raises :class:`~constrain.errors.IncompleteOutputError` when ``max_new_tokens`` runs out before the
         structure is complete, :class:`~constrain.errors.ContextLengthError` when the prompt does not fit.
@@ -146,6 +173,7 @@ class LLM:
             strict=strict,
             fast_forward=fast_forward,
             speculation=speculation,
+            stop=stop,
             **sampling_fields,
         )
         if isinstance(completions, list):
@@ -232,6 +260,56 @@ class LLM:
         finally:
             await worker
 
+    # -- tools ---------------------------------------------------------------------------------------------------
+
+    def respond(
+        self,
+        messages: Any,
+        tools: Iterable[Any],
+        *,
+        tool_choice: ToolChoice = "auto",
+        parallel: bool | int = True,
+        format: str | ToolFormat = "json",  # noqa: A002 - the name OpenAI-style callers use
+        max_new_tokens: int = 256,
+        **options: Any,
+    ) -> ToolResponse:
+        """One assistant turn with ``tools`` offered: text, or calls whose arguments are valid (the structure of
+        :func:`~constrain.compilers.tools.compile_tools`), read back by
+        :func:`~constrain.compilers.tools.parse_tool_calls`.
+
+        ``messages``: a string or a chat, which may hold earlier calls (``tool_calls``) and results (``tool``
+        messages). ``tools``: functions, Pydantic models, OpenAI tool dicts. ``tool_choice``: ``"auto"`` (text or
+        calls), ``"required"``, ``"none"`` or a tool by name; ``parallel``: several calls (True), one (False) or
+        at most N; ``format``: how calls are written (``"json"``, ``"hermes"``, ``"llama3_json"``, a
+        :class:`~constrain.compilers.tools.ToolFormat`). ``options``: those of :meth:`generate`."""
+        from constrain.generation.agent import respond
+
+        return respond(
+            self, messages, tools, tool_choice=tool_choice, parallel=parallel, format=format,
+            max_new_tokens=max_new_tokens, **options,
+        )  # fmt: skip
+
+    def run_tools(
+        self,
+        messages: Any,
+        tools: Iterable[Any],
+        *,
+        max_steps: int = 8,
+        tool_choice: ToolChoice = "auto",
+        on_call: Callable[[ToolCall, Any], None] | None = None,
+        **options: Any,
+    ) -> ToolRun:
+        """Answer ``messages`` with Python functions as tools: generate (:meth:`respond`), run the calls, append
+        the results as tool messages, and repeat until the model answers in text. The last of ``max_steps`` turns
+        is asked for text (``tool_choice="none"``), so the run always ends with an answer. A function that raises
+        hands the model ``error: ...`` as its result. ``on_call(call, result)`` sees each call as it runs;
+        ``options``: those of :meth:`respond`. Returns a :class:`~constrain.generation.agent.ToolRun`."""
+        from constrain.generation.agent import run_tools
+
+        return run_tools(
+            self, messages, tools, max_steps=max_steps, tool_choice=tool_choice, on_call=on_call, **options
+        )
+
     # -- decorators ----------------------------------------------------------------------------------------------
 
     def function(self, fn: Callable[..., Any] | None = None, **options: Any) -> Any:
@@ -284,6 +362,34 @@ class LLM:
             )
         value = resolved.parse(text)
         return Completion(text, value, list(row.tokens), row.finish_reason or "stop", row.prompt_tokens, seconds)
+
+
+def _stop_strings(stop: str | Sequence[str] | None, plain_chat: bool) -> list[str]:
+    """The stop strings of a call: those given, and the next user turn of the plain chat format."""
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    if any(not isinstance(s, str) or not s for s in stops):
+        raise ArgumentError("stop", stop, "a non-empty string or a list of them")
+    if plain_chat:
+        stops.append(PLAIN_CHAT_STOP)
+    return stops
+
+
+def _cut_at_stop(row: DecodedRow, stops: list[str], vocab: Vocabulary) -> None:
+    """Cut ``row``'s tokens before the first stop string of its text (a token holding its start goes too)."""
+    text = vocab.decode(row.tokens)
+    found = [at for at in (text.find(s.encode()) for s in stops) if at >= 0]
+    if not found:
+        return
+    cut, length = min(found), 0
+    for k, token in enumerate(row.tokens):
+        length += len(vocab.token_bytes(token))
+        if length > cut:
+            del row.tokens[k:]
+            break
+    row.finish_reason = "stop"
+    if row.matcher is not None:
+        row.matcher = row.matcher.structure.matcher()
+        row.matcher.advance(row.tokens)
 
 
 def _sampling(sampling: SamplingParams | None, fields: dict[str, Any]) -> SamplingParams:

@@ -11,7 +11,8 @@ model to continue::
 
     Assistant:
 
-A list of strings, or a list of chats, is a batch.
+A base model continues the conversation past its own turn, so generation from a chat in the plain format stops
+at the next ``User:`` turn (:data:`PLAIN_CHAT_STOP`). A list of strings, or a list of chats, is a batch.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ Message = Mapping[str, Any]
 Prompt = str | Sequence[Message]
 
 _ROLES = ("system", "user", "assistant", "tool")
+#: Where a reply in the plain chat format ends: the model starting the user's next turn.
+PLAIN_CHAT_STOP = "\nUser:"
 
 
 def is_chat(prompt: Any) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import json
 import re
+import typing
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -67,12 +68,16 @@ class Tool:
     def from_function(cls, fn: Callable[..., Any], *, name: str | None = None, strict: bool = True) -> Tool:
         """A tool that calls ``fn``; its parameters' schema from the type hints, its description from the docstring."""
         signature = inspect.signature(fn)
+        try:
+            hints = typing.get_type_hints(fn, include_extras=True)  # annotations written as strings resolved
+        except Exception as exc:  # a name in an annotation that does not resolve
+            raise ToolError(f"function {fn.__name__}: its type hints do not resolve ({exc})") from exc
         docs = _argument_docs(inspect.getdoc(fn) or "")
         fields: dict[str, Any] = {}
         for pname, param in signature.parameters.items():
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
                 raise ToolError(f"function {fn.__name__}: *{pname} / **{pname} have no JSON Schema")
-            annotation = Any if param.annotation is inspect.Parameter.empty else param.annotation
+            annotation = hints.get(pname, Any)
             default = ... if param.default is inspect.Parameter.empty else param.default
             fields[pname] = (annotation, Field(default, description=docs.get(pname)))
         try:

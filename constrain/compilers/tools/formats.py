@@ -120,7 +120,7 @@ def tool_messages_as_text(messages: Sequence[Mapping[str, Any]], *, format: str 
                 arguments = function.get("arguments") or "{}"
                 calls.append((function["name"], json.loads(arguments) if isinstance(arguments, str) else arguments))
                 names[call.get("id", "")] = function["name"]
-            out.append({"role": "assistant", "content": content + fmt.write(calls, after_text=bool(content))})
+            out.append({"role": "assistant", "content": content + fmt.write(calls, after_text=True)})
         elif role == "tool":
             name = message.get("name") or names.get(message.get("tool_call_id", ""), "the tool")
             out.append({"role": "user", "content": f"Result of {name}: {content}"})

@@ -55,11 +55,12 @@ def compile_tools(
     whitespace: str = "compact",
     time_limit: float | None = DEFAULT_TIME_LIMIT,
     cache: bool = True,
-) -> GrammarStructure | None:
-    """The structure of the tool calls the model may write, or None for ``tool_choice="none"`` (free text).
+) -> GrammarStructure:
+    """The structure of what the model may write with ``tools`` offered: calls, or text then calls.
 
     ``tools``: functions, Pydantic models, OpenAI tool dicts or :class:`Tool` objects. ``tool_choice``: ``"auto"``
-    (free text, or the trigger then calls), ``"required"`` (calls only), ``"none"``, or one tool by name
+    (free text, or the trigger then calls), ``"required"`` (calls only), ``"none"`` (free text without the
+    trigger: no call can start), or one tool by name
     (``{"type": "function", "function": {"name": ...}}`` or ``{"name": ...}``: exactly one call of it).
     ``parallel``: ``True`` (any number of calls, at least one), ``False`` (one) or a maximum. ``whitespace``: that of
     the arguments (see :func:`~constrain.compilers.json_schema.schema_to_grammar`). Kept in a cache keyed by the
@@ -67,12 +68,10 @@ def compile_tools(
     tools = as_tools(tools)
     fmt = tool_format(format)
     chosen, required = _choice(tool_choice, tools)
-    if chosen is None:
-        return None
-    most = _most_calls(parallel) if len(chosen) == len(tools) or tool_choice in ("auto", "required") else 1
+    most = _most_calls(parallel) if tool_choice in ("auto", "required", "none") else 1
     key = (
         json.dumps([t.to_openai() for t in chosen], sort_keys=True),
-        required,
+        tool_choice if isinstance(tool_choice, str) else "named",
         most,
         fmt,
         whitespace,
@@ -84,7 +83,7 @@ def compile_tools(
             return found
     with time_limited(time_limit, "the tools"):
         grammar, relaxations = tools_grammar(
-            chosen, vocab, required=required, most=most, fmt=fmt, whitespace=whitespace
+            chosen, vocab, required=required, most=most, fmt=fmt, whitespace=whitespace, calls=tool_choice != "none"
         )
         structure = compile_grammar(grammar, vocab, source=f"tools {', '.join(t.name for t in chosen)}")
     structure.relaxations = relaxations
@@ -98,9 +97,19 @@ def compile_tools(
 
 
 def tools_grammar(
-    tools: list[Tool], vocab: Vocabulary, *, required: bool, most: int | None, fmt: ToolFormat, whitespace: str
+    tools: list[Tool],
+    vocab: Vocabulary,
+    *,
+    required: bool,
+    most: int | None,
+    fmt: ToolFormat,
+    whitespace: str,
+    calls: bool = True,
 ) -> tuple[Grammar, list[str]]:
-    """The grammar of the calls (see :func:`compile_tools`) and what strict=False relaxed in the arguments."""
+    """The grammar of the calls (see :func:`compile_tools`; ``calls=False``: the free text alone) and what
+    strict=False relaxed in the arguments."""
+    if not calls:
+        return Grammar({_START: _free_text(fmt, vocab)}, _START), []
     rules: dict[str, Expr] = {}
     origins: dict[str, str] = {}
     relaxations: list[str] = []
@@ -128,19 +137,24 @@ def tools_grammar(
     if required:
         rules[_START] = block
     else:
-        trigger = _pieces(fmt.trigger, vocab)
-        special = len(trigger) == 1 and isinstance(trigger[0], Token)
-        text: Expr = Regex(ANY_TEXT) if special else Automaton(text_without(fmt.trigger))
-        opened = block if fmt.trigger_in_block else Seq((*trigger, block))
-        rules[_START] = Seq((text, Repeat(opened, 0, 1)))
+        opened = block if fmt.trigger_in_block else Seq((*_pieces(fmt.trigger, vocab), block))
+        rules[_START] = Seq((_free_text(fmt, vocab), Repeat(opened, 0, 1)))
     names_tokens = any(isinstance(p, Token) for s in _delimiters(fmt) for p in _pieces(s, vocab))
     return Grammar({_START: rules.pop(_START), **rules}, _START, origins, names_tokens=names_tokens), relaxations
 
 
-def _choice(tool_choice: Any, tools: list[Tool]) -> tuple[list[Tool] | None, bool]:
-    """The tools the model may call (None: none) and whether it must call one."""
+def _free_text(fmt: ToolFormat, vocab: Vocabulary) -> Expr:
+    """Text in which the trigger does not occur (any text when the trigger is a special token, which text cannot
+    hold)."""
+    trigger = _pieces(fmt.trigger, vocab)
+    special = len(trigger) == 1 and isinstance(trigger[0], Token)
+    return Regex(ANY_TEXT) if special else Automaton(text_without(fmt.trigger))
+
+
+def _choice(tool_choice: Any, tools: list[Tool]) -> tuple[list[Tool], bool]:
+    """The tools the model may call and whether it must call one."""
     if tool_choice in ("auto", "required", "none"):
-        return (None if tool_choice == "none" else tools), tool_choice == "required"
+        return tools, tool_choice == "required"
     if isinstance(tool_choice, Mapping):
         function = tool_choice.get("function", tool_choice)
         name = function.get("name") if isinstance(function, Mapping) else None
