@@ -67,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="constrain",
         description="Exact structured generation: generate inside a structure, compile or check one, warm up, "
-        "benchmark, demo. Exit codes: 0 done, 1 no (rejected, incomplete or invalid output), 2 bad input.",
+        "benchmark, serve, demo. Exit codes: 0 done, 1 no (rejected, incomplete or invalid output), 2 bad input.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level (default: INFO)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -111,6 +111,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="the seed of --sample (default 0)")
     _model_flag(p, "whose tokenizer: a transformers folder or a GGUF file (default: the Gemma 3 tokenizer)")
     p.set_defaults(run=bench)
+
+    p = commands.add_parser("serve", help="an OpenAI-compatible server (/v1/chat/completions, /v1/completions)")
+    _model_flag(p, "the model: a local transformers folder or a GGUF file (default: the embedded Gemma 3 270M)")
+    p.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1")
+    p.add_argument("--port", type=int, default=8000, help="default 8000")
+    p.add_argument("--max-batch", type=int, default=None, metavar="N", help="most rows decoded together (default 16)")
+    p.add_argument("--model-id", default=None, help="the model's name in /v1/models (default: its folder or file)")
+    p.set_defaults(run=serve_command)
 
     p = commands.add_parser("demo", help="structured generation with the embedded Gemma 3 270M model")
     p.add_argument("--max-new-tokens", type=int, default=96, help="per output (default 96)")
@@ -477,6 +485,21 @@ def warmup_command(args: argparse.Namespace) -> int:
     from constrain.compilers.warmup import warmup
 
     print(f"numba kernels ready in {warmup():.1f} s")
+    return OK
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    """Serve the model over HTTP until interrupted."""
+    if args.max_batch is not None and args.max_batch < 1:
+        raise CommandError(f"--max-batch {args.max_batch}: at least 1")
+    if not 0 <= args.port <= 65535:
+        raise CommandError(f"--port {args.port}: 0 to 65535")
+    from constrain.generation import LLM
+    from constrain.server import serve
+
+    llm = LLM(args.model)
+    _say(f"serving on http://{args.host}:{args.port}/v1 (Ctrl-C stops)")
+    serve(llm, args.host, args.port, max_batch=args.max_batch, model_id=args.model_id)
     return OK
 
 

@@ -155,7 +155,8 @@ class Server:
     def plan_chat(self, body: ChatCompletionRequest) -> Plan:
         n = self._n(body.n, 1)
         tools, tools_required, tool_structure = self._tools(body)
-        messages = self._messages(body.messages, tools if tool_structure is not None or tools_required else None)
+        offered = tool_structure is not None or tools_required
+        messages = self._messages(body.messages, tools if offered else None)
         template = self.llm.backend.render_chat if self.llm.backend.chat_template() else None
         try:
             text = render(messages, template)
@@ -252,6 +253,9 @@ class Server:
         return ids, texts
 
     def _messages(self, messages: Sequence[ChatMessage], tools: list[Tool] | None) -> list[dict[str, Any]]:
+        """The messages as the chat template (or the plain format) reads them: text content, tool calls and
+        results as text (:func:`constrain.tools.tool_messages_as_text`), and the tools described in the system
+        message (:func:`constrain.tools.tools_prompt`)."""
         plain: list[dict[str, Any]] = []
         for i, message in enumerate(messages):
             content = message.content

@@ -15,3 +15,19 @@ def llm():
     torch.set_num_threads(1)
     yield constrain.LLM()
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def server(llm):
+    """The real server (uvicorn, FastAPI) in a thread of this process, on a free port of 127.0.0.1."""
+    from constrain.server import BackgroundServer
+
+    with BackgroundServer(llm) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def client(server):
+    """OpenAI's own client, pointed at the server (no retries: an error must show at once)."""
+    openai = pytest.importorskip("openai")
+    return openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0, timeout=300)
