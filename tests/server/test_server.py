@@ -180,6 +180,18 @@ def test_streamed_completion(client):
     assert chunks[-1].choices[0].finish_reason == "length"
 
 
+def test_completions_of_several_prompts_and_echo(client):
+    prompts = [FREE_PROMPT, "The capital of France is"]
+    several = client.completions.create(model="x", prompt=prompts, max_tokens=3, temperature=0, n=2)
+    assert [c.index for c in several.choices] == [0, 1, 2, 3]
+    texts = [c.text for c in several.choices]
+    assert texts[0] == texts[1] and texts[2] == texts[3]  # greedy: n identical choices per prompt
+    alone = client.completions.create(model="x", prompt=prompts[1], max_tokens=3, temperature=0)
+    assert texts[2] == alone.choices[0].text
+    echoed = client.completions.create(model="x", prompt=FREE_PROMPT, max_tokens=3, temperature=0, echo=True)
+    assert echoed.choices[0].text == FREE_PROMPT + texts[0]
+
+
 # -- sampling options ----------------------------------------------------------------------------------------------
 
 
