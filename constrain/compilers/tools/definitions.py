@@ -115,7 +115,7 @@ class Tool:
         return cls(
             definition["name"],
             str(definition.get("description") or ""),
-            dict(parameters),
+            dict(parameters) if isinstance(parameters, Mapping) else parameters,  # anything else: refused below
             strict=True if strict is None else bool(strict),
         )
 

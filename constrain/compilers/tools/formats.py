@@ -51,10 +51,13 @@ class ToolFormat:
             raise ToolError(f"tool format {self.name!r}: a trigger in the block must start it")
 
     def write(self, calls: Sequence[tuple[str, Any]], *, after_text: bool = False) -> str:
-        """The text of ``calls`` (pairs of name and arguments) in this format; ``after_text``: with the trigger
-        that opens them after an answer's text."""
+        """The text of ``calls`` (pairs of name and arguments) in this format, in compact JSON with non-ASCII
+        characters as they are (what the structure reads); ``after_text``: with the trigger that opens them after
+        an answer's text."""
         bodies = [
-            self.call_open + json.dumps({"name": n, self.arguments_key: a}, separators=(",", ":")) + self.call_close
+            self.call_open
+            + json.dumps({"name": n, self.arguments_key: a}, separators=(",", ":"), ensure_ascii=False)
+            + self.call_close
             for n, a in calls
         ]
         if self.array:
