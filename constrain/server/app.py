@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -149,6 +150,24 @@ class Server:
         self.tool_format = tool_format_or_error(tool_format)
         self.created = int(time.time())
         self.fingerprint = f"constrain-{_version()}"
+        self._inflight: dict[str, threading.Event] = {}
+        self._inflight_lock = threading.Lock()
+
+    def _compile_once(self, key: str, build: Callable[[], Any]) -> Any:
+        """``build()``, with concurrent requests for the same ``key`` waiting for the first one's compile (then
+        found in the compile cache) rather than compiling it again in parallel."""
+        with self._inflight_lock:
+            running = self._inflight.get(key)
+            if running is None:
+                self._inflight[key] = threading.Event()
+        if running is not None:
+            running.wait()
+            return build()
+        try:
+            return build()
+        finally:
+            with self._inflight_lock:
+                self._inflight.pop(key).set()
 
     # -- planning (in a worker thread) --------------------------------------------------------------------------
 
@@ -320,9 +339,13 @@ class Server:
                 param="response_format",
             )
         parallel = True if body.parallel_tool_calls is None else body.parallel_tool_calls
+        key = json.dumps(["tools", definitions, choice_value, parallel], sort_keys=True)
         try:
-            structure = compile_tools(
-                tools, self.llm.vocab, tool_choice=choice_value, parallel=parallel, format=self.tool_format
+            structure = self._compile_once(
+                key,
+                lambda: compile_tools(
+                    tools, self.llm.vocab, tool_choice=choice_value, parallel=parallel, format=self.tool_format
+                ),
             )
         except ToolError as exc:
             param = "tool_choice" if "tool_choice" in str(exc) else "tools"
@@ -343,8 +366,9 @@ class Server:
             schema = response_format.json_schema.schema_
             strict = bool(response_format.json_schema.strict)
             param = "response_format.json_schema.schema"
+        key = json.dumps(["schema", schema, strict])
         try:
-            structure = compile_spec(schema, self.llm.vocab, strict=strict)
+            structure = self._compile_once(key, lambda: compile_spec(schema, self.llm.vocab, strict=strict))
         except StructureError as exc:
             raise APIError(f"the JSON Schema cannot be used: {exc}", param=param, code="invalid_json_schema") from None
         relaxed = getattr(structure, "relaxations", None)
