@@ -44,7 +44,7 @@ from constrain.errors import (
     ToolError,
 )
 from constrain.generation.batching import DEFAULT_WINDOW, Choice, Delta, Job, Scheduler
-from constrain.generation.prompts import render
+from constrain.generation.prompts import PLAIN_CHAT_STOP, render
 from constrain.runtime.matcher import CompiledStructure
 from constrain.server.protocol import (
     ChatCompletionRequest,
@@ -76,8 +76,6 @@ DEFAULT_MAX_TOKENS = 512
 COMPLETION_MAX_TOKENS = 16
 #: Most stop strings a request may give.
 MAX_STOPS = 16
-#: Where a turn ends in the plain chat format (models without a chat template): the next turn's header.
-PLAIN_CHAT_STOPS = ("\n\nUser:", "\n\nSystem:", "\n\nAssistant:")
 
 
 class APIError(Exception):
@@ -173,8 +171,8 @@ class Server:
 
     def plan_chat(self, body: ChatCompletionRequest) -> Plan:
         n = self._n(body.n, 1)
-        tools, tools_required, tool_structure = self._tools(body)
-        offered = tool_structure is not None or tools_required
+        tools, mode, tool_structure = self._tools(body)
+        offered = mode in ("auto", "required")  # the model is told about the tools, and its calls are read
         messages = self._messages(body.messages, tools if offered else None)
         template = self.llm.backend.render_chat if self.llm.backend.chat_template() else None
         try:
@@ -184,18 +182,17 @@ class Server:
         except Exception as exc:  # a chat template that refuses the messages (jinja's own errors)
             raise APIError(f"the model's chat template cannot render these messages: {exc}", param="messages") from None
         prompt = self.llm.backend.encode(text)
-        if tool_structure is not None or tools_required:
-            structure, fast_forward = tool_structure, "text"
-        else:
-            structure, fast_forward = self._response_format(body.response_format)
+        structure, fast_forward = self._response_format(body.response_format)
+        if offered or (tool_structure is not None and structure is None):  # "none": text that cannot call
+            structure, fast_forward = tool_structure, "text" if offered else "tokens"
         top = None
         if body.logprobs:
             top = body.top_logprobs or 0
         elif body.top_logprobs is not None:
             raise APIError("top_logprobs needs logprobs: true", param="top_logprobs")
         stop = self._stops(body.stop)
-        if template is None:
-            stop += [s for s in PLAIN_CHAT_STOPS if s not in stop]
+        if template is None and PLAIN_CHAT_STOP not in stop:
+            stop.append(PLAIN_CHAT_STOP)
         limit = body.max_completion_tokens or body.max_tokens
         return Plan(
             chat=True,
@@ -210,8 +207,8 @@ class Server:
             n=n,
             stream=bool(body.stream),
             include_usage=bool(body.stream_options and body.stream_options.include_usage),
-            tools=tools if (tool_structure is not None or tools_required) else None,
-            tools_required=tools_required,
+            tools=tools if offered else None,
+            tools_required=mode == "required",
             tool_format=self.tool_format,
         )
 
@@ -312,14 +309,15 @@ class Server:
                 plain.insert(0, {"role": "system", "content": described})
         return [{"role": m["role"], "content": m["content"]} for m in plain]
 
-    def _tools(self, body: ChatCompletionRequest) -> tuple[list[Tool] | None, bool, CompiledStructure | None]:
-        """The tools offered, whether a call is required, and the structure of the calls (None: no tools, or
-        ``tool_choice: "none"``)."""
+    def _tools(self, body: ChatCompletionRequest) -> tuple[list[Tool] | None, str | None, CompiledStructure | None]:
+        """The tools offered; ``"auto"``, ``"required"`` (calls only: ``"required"`` or a named tool), ``"none"``,
+        or None without tools; and the structure of what the model may write (text without the trigger for
+        ``"none"``)."""
         choice = body.tool_choice
         if not body.tools:
             if choice is not None and choice != "none":
                 raise APIError("tool_choice needs tools", param="tool_choice")
-            return None, False, None
+            return None, None, None
         definitions = []
         for tool in body.tools:
             function = tool.function.model_dump(exclude_none=True)
@@ -330,8 +328,6 @@ class Server:
         except ToolError as exc:
             raise APIError(str(exc), param="tools") from None
         choice_value: Any = choice.model_dump() if isinstance(choice, NamedToolChoice) else (choice or "auto")
-        if choice_value == "none":
-            return tools, False, None
         if choice_value == "auto" and body.response_format is not None and body.response_format.type != "text":
             raise APIError(
                 "response_format with tools and tool_choice 'auto' is not supported: use tool_choice 'none' "
@@ -352,7 +348,7 @@ class Server:
             raise APIError(str(exc), param=param, code="invalid_value") from None
         except StructureError as exc:
             raise APIError(f"tools: {exc}", param="tools", code="invalid_value") from None
-        return tools, choice_value != "auto", structure
+        return tools, choice_value if choice_value in ("auto", "none") else "required", structure
 
     def _response_format(self, response_format: Any) -> tuple[CompiledStructure | None, str]:
         if response_format is None or response_format.type == "text":
