@@ -21,7 +21,7 @@ from constrain.compilers.tools import (
     ToolFormat,
     as_tools,
     compile_tools,
-    parse_tool_calls,
+    read_tool_calls,
     tool_format,
     tool_messages_as_text,
     tools_prompt,
@@ -83,8 +83,9 @@ def respond(
     completion = llm.complete(_with_tools(messages, tools, fmt), structure, max_new_tokens=max_new_tokens, **options)
     if tool_choice == "none":
         return ToolResponse(completion.text.strip(), [], completion)
-    text = structure.vocab.text_with_specials(completion.tokens)
-    content, calls = parse_tool_calls(text, tools, format=fmt, required=tool_choice != "auto")
+    content, calls = read_tool_calls(
+        completion.tokens, structure.vocab, tools, format=fmt, required=tool_choice != "auto"
+    )
     return ToolResponse(content.strip(), calls, completion)
 
 

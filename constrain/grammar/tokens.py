@@ -34,10 +34,15 @@ def token_id(ref: int | str, vocab: Vocabulary) -> int:
             return i
     data = ref.encode()
     lengths = np.diff(vocab.offsets)
-    for i in np.flatnonzero(vocab.matchable & (lengths == len(data))).tolist():
-        if vocab.token_bytes(i) == data:
-            return i
-    raise GrammarError(f"names the token {ref!r}, which is not one token of this vocabulary")
+    found = [
+        i for i in np.flatnonzero(vocab.matchable & (lengths == len(data))).tolist() if vocab.token_bytes(i) == data
+    ]
+    if len(found) > 1:
+        ids = ", ".join(map(str, found))
+        raise GrammarError(f"names the token {ref!r}, a text that tokens {ids} share: name one by id (<[id]>)")
+    if not found:
+        raise GrammarError(f"names the token {ref!r}, which is not one token of this vocabulary")
+    return found[0]
 
 
 def resolve_tokens(grammar: Grammar, vocab: Vocabulary) -> tuple[Grammar, Vocabulary]:

@@ -9,7 +9,7 @@ calls a model may write, and the calls read back, validated.
 
 from constrain.compilers.tools.definitions import Tool, ToolCall, as_tool, as_tools
 from constrain.compilers.tools.formats import FORMATS, ToolFormat, tool_format, tool_messages_as_text, tools_prompt
-from constrain.compilers.tools.parsing import parse_tool_calls
+from constrain.compilers.tools.parsing import parse_tool_calls, read_tool_calls
 from constrain.compilers.tools.structure import ToolChoice, compile_tools, tools_grammar
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "as_tools",
     "compile_tools",
     "parse_tool_calls",
+    "read_tool_calls",
     "tool_format",
     "tool_messages_as_text",
     "tools_grammar",

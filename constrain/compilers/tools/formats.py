@@ -17,11 +17,11 @@ text. Built in:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from constrain.compilers.tools.definitions import Tool
+from constrain.compilers.tools.definitions import as_tools
 from constrain.errors import ToolError
 
 
@@ -92,10 +92,12 @@ def tool_format(format: str | ToolFormat) -> ToolFormat:  # noqa: A002 - the nam
     return FORMATS[format]
 
 
-def tools_prompt(tools: Sequence[Tool], *, format: str | ToolFormat = "json") -> str:  # noqa: A002
-    """A system message describing ``tools`` and how to call them, for a model whose chat template knows no tools:
+def tools_prompt(tools: Iterable[Any], *, format: str | ToolFormat = "json") -> str:  # noqa: A002
+    """A system message describing ``tools`` (anything :func:`~constrain.compilers.tools.definitions.as_tools`
+    takes) and how to call them, for a model whose chat template knows no tools:
     each tool's name, description and arguments schema, and an example of a call in ``format``."""
     fmt = tool_format(format)
+    tools = as_tools(tools)
     lines = ["You can call these tools:"]
     for tool in tools:
         schema = json.dumps(tool.parameters, separators=(",", ":"))

@@ -8,12 +8,13 @@ and its arguments must validate (:meth:`~constrain.compilers.tools.definitions.T
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from constrain.compilers.tools.definitions import ToolCall, as_tools
 from constrain.compilers.tools.formats import ToolFormat, tool_format
 from constrain.errors import ToolCallError
+from constrain.vocab.vocabulary import Vocabulary
 
 _DECODER = json.JSONDecoder()
 
@@ -51,6 +52,27 @@ def parse_tool_calls(
             raise ToolCallError(f"a call names {name!r}, which is not one of the tools ({', '.join(by_name)})", text)
         calls.append(ToolCall(name, tool.arguments(raw), raw))
     return content, calls
+
+
+def read_tool_calls(
+    tokens: Sequence[int],
+    vocab: Vocabulary,
+    tools: Iterable[Any],
+    *,
+    format: str | ToolFormat = "json",  # noqa: A002 - the name OpenAI-style callers use
+    required: bool = False,
+) -> tuple[str, list[ToolCall]]:
+    """:func:`parse_tool_calls` over generated token ids. When the trigger is a special token of ``vocab``, the
+    calls start at that token: its name spelled by ordinary tokens in the text before is text, as the structure
+    read it (in the text alone the two look the same). Special tokens are written as their names."""
+    fmt = tool_format(format)
+    triggers = {i for i, name in vocab.special_names.items() if name == fmt.trigger}
+    tokens = [int(t) for t in tokens]
+    at = next((k for k, t in enumerate(tokens) if t in triggers), None)
+    if required or not triggers or at is None:
+        return parse_tool_calls(vocab.text_with_specials(tokens), tools, format=fmt, required=required)
+    _, calls = parse_tool_calls(vocab.text_with_specials(tokens[at:]), tools, format=fmt)
+    return vocab.decode(tokens[:at]).decode("utf-8", errors="replace"), calls
 
 
 class _Reader:
