@@ -14,11 +14,17 @@ Supported subset (the whole string must match, as with :func:`re.fullmatch`):
   (laziness does not change which strings match);
 - anchors ``^ $ \\A \\Z`` anywhere (``$`` means the end of the text, as in ECMAScript);
 - inline flags ``(?s)`` and ``(?i)`` (ASCII letters only; ``(?i)`` over a cased non-ASCII letter is refused),
-  also scoped as ``(?i:...)``.
+  also scoped as ``(?i:...)``;
+- lookahead ``(?=...)`` and ``(?!...)`` anywhere (in repetitions, alternatives, nested), in a whole-text regex
+  (:func:`regex_to_dfa`; not in a grammar terminal, whose text goes on past its match). A lookahead at a
+  position holds when the rest of the *whole text* from there starts with a match of its body (``$`` in the body
+  is the end of the text, ``^`` its start), so the language stays regular; it is built exactly, see
+  :func:`_lookaround_dfa`, within :data:`MAX_LOOKAROUND_STATES`.
 
-Refused with a :class:`~constrain.errors.RegexError` that gives the position: lookahead and lookbehind,
-backreferences, conditionals, word boundaries ``\\b \\B``, Unicode properties ``\\p{..}``, the flags ``m x u L``,
-surrogate code points, and any syntax error.
+Refused with a :class:`~constrain.errors.RegexError` that gives the position: lookbehind, backreferences,
+conditionals, word boundaries ``\\b \\B``, Unicode properties ``\\p{..}``, the flags ``m x u L``, surrogate code
+points, and any syntax error. A lookahead construction past its size bounds raises
+:class:`~constrain.errors.AutomatonTooLarge`.
 
 """
 
@@ -27,6 +33,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import numpy as np
 from interegular.patterns import (
     InvalidSyntax,
     NoMatch,
@@ -42,12 +49,14 @@ from interegular.patterns import (
     nomatch,
 )
 
+from constrain.automata.algebra import any_text
 from constrain.automata.dfa import ByteDFA
 from constrain.automata.limits import AUTOMATON_CACHE_BYTES, check_deadline
+from constrain.automata.minimize import column_classes, partial_dfa_blocks
 from constrain.automata.nfa import BEGIN, END, ByteNFA
 from constrain.automata.utf8 import MAX_CODE_POINT, code_point_ranges, complement_ranges
 from constrain.cache import memoized
-from constrain.errors import ArgumentError, RegexError
+from constrain.errors import ArgumentError, AutomatonTooLarge, RegexError
 
 # Anchors travel through interegular's parse tree as lone surrogates, which no text can contain.
 _BEGIN_CHAR = "\ud800"
@@ -160,8 +169,8 @@ class _Parser(_ParsePattern):
     def extension_group(self):
         at = self.index - 2
         ahead = self.data[self.index : self.index + 2]
-        if ahead[:1] in ("=", "!") or ahead in ("<=", "<!"):
-            raise self.fail("lookaround is not supported", at)
+        if ahead in ("<=", "<!"):
+            raise self.fail("lookbehind (a lookaround looking back) is not supported", at)
         if ahead[:1] == "(":
             raise self.fail("conditional groups are not supported", at)
         if ahead[:2] == "P=":
@@ -183,10 +192,14 @@ class _Parser(_ParsePattern):
 def regex_to_dfa(pattern: str) -> ByteDFA:
     """Compile ``pattern`` to a minimal byte DFA whose language is the UTF-8 encodings of its full matches. Kept
     per process, bounded in bytes: one automaton may take a hundred megabytes."""
-    nfa = ByteNFA()
-    start, accept = nfa.new_state(), nfa.new_state()
-    add_regex(nfa, pattern, start, accept)
-    dfa = nfa.determinize(start, accept)
+    tree = _parse(pattern)
+    if _has_lookaround(tree):
+        dfa = _tree_dfas(pattern, tree, REFlags(0), both=False)[0]
+    else:
+        nfa = ByteNFA()
+        start, accept = nfa.new_state(), nfa.new_state()
+        _build(nfa, pattern, tree, start, accept, anchors=True)
+        dfa = nfa.determinize(start, accept)
     if dfa.is_empty:
         raise RegexError("the regex matches no string", pattern)
     return dfa
@@ -194,7 +207,25 @@ def regex_to_dfa(pattern: str) -> ByteDFA:
 
 def add_regex(nfa: ByteNFA, pattern: str, src: int, dst: int, *, anchors: bool = True) -> None:
     """Add to ``nfa`` a path from ``src`` to ``dst`` for each full match of ``pattern`` (a grammar terminal, or a
-    whole regex structure). ``anchors=False`` refuses ``^ $ \\A \\Z``, which mean nothing inside a grammar."""
+    whole regex structure). ``anchors=False`` refuses ``^ $ \\A \\Z``, which mean nothing inside a grammar, and
+    lookahead, which would look past the terminal's match; with ``anchors``, ``src`` must be the start of the text
+    and ``dst`` its end (a lookahead reads the rest of the text up to ``dst``)."""
+    tree = _parse(pattern)
+    if anchors and _has_lookaround(tree):
+        at_start, elsewhere = _tree_dfas(pattern, tree, REFlags(0))
+        if at_start is elsewhere:
+            nfa.add_dfa(at_start, src, dst)
+            return
+        begun = nfa.new_state()
+        nfa.add_marker(src, BEGIN, begun)
+        nfa.add_dfa(at_start, begun, dst)
+        nfa.add_dfa(elsewhere, src, dst)
+        return
+    _build(nfa, pattern, tree, src, dst, anchors=anchors)
+
+
+def _parse(pattern: str):
+    """interegular's parse tree of ``pattern`` (with our extensions), or RegexError."""
     if not isinstance(pattern, str):
         raise ArgumentError("pattern", pattern, "a regex must be a str")
     surrogate = re.search("[\ud800-\udfff]", pattern)
@@ -212,10 +243,257 @@ def add_regex(nfa: ByteNFA, pattern: str, src: int, dst: int, *, anchors: bool =
             raise RegexError(syntax.msg, pattern, syntax.pos) from None
         position = exc.index if isinstance(exc, NoMatch) else parser.index
         raise RegexError(str(exc) if not isinstance(exc, NoMatch) else "cannot parse", pattern, position) from None
+    return tree
+
+
+def _build(nfa: ByteNFA, pattern: str, tree, src: int, dst: int, *, anchors: bool, flags=None, looks=None) -> None:
     try:
-        _Builder(nfa, pattern, anchors).build(tree, src, dst, REFlags(0))
+        _Builder(nfa, pattern, anchors, looks).build(tree, src, dst, REFlags(0) if flags is None else flags)
     except RecursionError:
         raise RegexError("groups nest too deeply", pattern, deep_nesting_offset(pattern)) from None
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Lookahead
+
+#: Marker labels from this one up stand for lookaheads (``LOOK + i``: the i-th the builder met), next to the
+#: anchors' BEGIN and END: an edge that starts an obligation on the rest of the text.
+LOOK = END + 1
+#: Most DFA states a regex with lookahead may have before it is minimised, and most (state, obligations) pairs
+#: all those states may hold together: the construction runs in Python, so it is bounded well below
+#: :data:`~constrain.automata.limits.MAX_DFA_STATES`; past either, AutomatonTooLarge.
+MAX_LOOKAROUND_STATES = 20_000
+MAX_LOOKAROUND_MEMBERS = 1_000_000
+
+_ANY_STAR = _Repeated(_CharGroup(frozenset(), True), 0, None)
+
+
+def _has_lookaround(node) -> bool:
+    if isinstance(node, _NonCapturing):
+        return True
+    if isinstance(node, Pattern):
+        return any(_has_lookaround(o) for o in node.options)
+    if isinstance(node, _Concatenation):
+        return any(_has_lookaround(p) for p in node.parts)
+    if isinstance(node, _Repeated):
+        return _has_lookaround(node.base)
+    return False
+
+
+def _tree_dfas(pattern: str, tree, flags: REFlags, both: bool = True) -> tuple[ByteDFA, ByteDFA | None]:
+    """The minimal DFAs of the full matches of ``tree`` read from the start of the text (where ``^`` holds) and,
+    with ``both``, from a later position (where it never does; the same object when nothing tells them apart)."""
+    nfa = ByteNFA()
+    start, accept = nfa.new_state(), nfa.new_state()
+    looks: list = []
+    _build(nfa, pattern, tree, start, accept, anchors=True, flags=flags, looks=looks)
+    begins = BEGIN in nfa._markers[1::3]
+    if looks:
+        pairs = [(_tree_dfas(pattern, _Concatenation((inner, _ANY_STAR)), fl), negate) for inner, fl, negate in looks]
+        first = _lookaround_dfa(nfa, start, accept, pairs, True)
+        differs = begins or any(a is not b for (a, b), _ in pairs)
+        later = None if not both else _lookaround_dfa(nfa, start, accept, pairs, False) if differs else first
+        return first, later
+    first = nfa.determinize(start, accept)
+    if not both or not begins:
+        return first, (first if both else None)
+    nfa._markers = [x for i in range(0, len(nfa._markers), 3) if nfa._markers[i + 1] != BEGIN
+                    for x in nfa._markers[i : i + 3]]  # fmt: skip
+    return first, nfa.determinize(start, accept)
+
+
+class _Look:
+    """One variant of a lookahead: the DFA of its body followed by any text, whether it is negated, and which of
+    the DFA's states accept every continuation (a positive lookahead there holds, a negative one fails)."""
+
+    __slots__ = ("dfa", "negate", "universal", "trans", "accepting")
+
+    def __init__(self, dfa: ByteDFA, negate: bool):
+        self.dfa = dfa
+        self.negate = negate
+        self.trans = dfa.trans
+        self.accepting = dfa.accepting
+        text = any_text()
+        n = dfa.num_states
+        table = np.ascontiguousarray(np.vstack([dfa.trans, np.where(text.trans >= 0, text.trans + n, -1)]))
+        blocks = partial_dfa_blocks(table.astype(np.int32), np.concatenate([dfa.accepting, text.accepting]))
+        self.universal = (blocks[:n] == blocks[n]).tolist() if not dfa.is_empty else [False] * n
+
+    def step(self, state: int) -> int | None:
+        """The obligation's fate at ``state`` (-1: dead): None when it fails (the thread dies), -1 when it holds
+        whatever follows (dropped), else the state to keep."""
+        if state < 0 or self.dfa.is_empty:
+            return -1 if self.negate else None
+        if self.universal[state]:
+            return None if self.negate else -1
+        return state
+
+    def holds_at_end(self, state: int) -> bool:
+        return bool(self.accepting[state]) != self.negate
+
+
+def _lookaround_dfa(nfa: ByteNFA, start: int, accept: int, looks: list, at_start: bool) -> ByteDFA:
+    """The DFA of an NFA whose ``LOOK + i`` edges are lookaheads (``looks[i]``: the DFAs of its body followed by
+    any text, from the text's start and from elsewhere, and whether it is negated), read from the text's start
+    (``at_start``) or from a later position.
+
+    A subset construction whose threads are pairs (NFA state, obligations), an obligation being a lookahead's DFA
+    run over the rest of the text from where the thread took its edge: it must end accepting (negated: not). An
+    obligation that can no longer fail is dropped, one that can no longer hold kills its thread, so threads stay
+    few. The construction reads the byte classes of the NFA and of every lookahead's DFA together; it is bounded
+    by :data:`MAX_LOOKAROUND_STATES` and :data:`MAX_LOOKAROUND_MEMBERS`, and looks at the time limit as it goes."""
+    variants: list[_Look] = []
+    look_of: list[tuple[int, int]] = []  # per lookahead: its variant at the start, elsewhere
+    for (first, later), negate in looks:
+        variants.append(_Look(first, negate))
+        if later is not first:
+            variants.append(_Look(later, negate))
+        look_of.append((len(variants) - 1 - (later is not first), len(variants) - 1))
+    n = nfa.size
+    eps: list[list[int]] = [[] for _ in range(n)]
+    begin: list[list[int]] = [[] for _ in range(n)]
+    end: list[list[int]] = [[] for _ in range(n)]
+    spawn: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+    for i in range(0, len(nfa._epsilon), 2):
+        eps[nfa._epsilon[i]].append(nfa._epsilon[i + 1])
+    for i in range(0, len(nfa._markers), 3):
+        src, label, dst = nfa._markers[i : i + 3]
+        if label == BEGIN:
+            begin[src].append(dst)
+        elif label == END:
+            end[src].append(dst)
+        else:
+            spawn[src].append((label - LOOK, dst))
+    # byte classes: bytes that no NFA edge and no lookahead DFA tell apart
+    edges = np.array(nfa._bytes, dtype=np.int64).reshape(-1, 4)
+    cuts = np.zeros(257, dtype=bool)
+    cuts[0] = True
+    cuts[edges[:, 1]] = True
+    cuts[edges[:, 2] + 1] = True
+    signature = [np.cumsum(cuts[:256])]
+    for look in variants:
+        signature.append(column_classes(np.ascontiguousarray(look.trans))[1])
+    _, first_byte, class_of = np.unique(np.stack(signature, axis=1), axis=0, return_index=True, return_inverse=True)
+    class_of = class_of.reshape(-1)
+    num_classes = len(first_byte)
+    reads: list[dict[int, list[int]]] = [{} for _ in range(n)]
+    for src, lo, hi, dst in edges.tolist():
+        for c in np.unique(class_of[lo : hi + 1]).tolist():
+            reads[src].setdefault(c, []).append(dst)
+
+    def finals(initial: bool) -> list[bool]:
+        """Per NFA state: whether it reaches acceptance reading nothing more, every lookahead met on the way
+        holding on the empty rest."""
+        ok = [False] * n
+        ok[accept] = True
+        changed = True
+        while changed:  # a few rounds: these paths are short
+            changed = False
+            for q in range(n):
+                if ok[q]:
+                    continue
+                nxt = eps[q] + end[q] + (begin[q] if initial else [])
+                nxt += [r for lid, r in spawn[q] if variants[look_of[lid][0 if initial else 1]].holds_at_end(0)]
+                if any(ok[r] for r in nxt):
+                    ok[q] = changed = True
+        return ok
+
+    final_start, final_later = finals(True), finals(False)
+
+    def closure(seeds, initial: bool) -> frozenset:
+        final = final_start if initial else final_later
+        out = set()
+        seen = set(seeds)
+        stack = list(seeds)
+        while stack:
+            q, obs = stack.pop()
+            if reads[q] or final[q]:
+                out.add((q, obs))
+            nxt = [(r, obs) for r in eps[q]]
+            if initial:
+                nxt += [(r, obs) for r in begin[q]]
+            for lid, r in spawn[q]:
+                v = look_of[lid][0 if initial else 1]
+                fate = variants[v].step(0)
+                if fate is None:
+                    continue
+                nxt.append((r, obs if fate < 0 else obs | {(v, fate)}))
+            for item in nxt:
+                if item not in seen:
+                    seen.add(item)
+                    stack.append(item)
+        return frozenset(out)
+
+    advanced: dict = {}
+
+    def advance(obs: frozenset, byte: int):
+        key = (obs, byte)
+        if key in advanced:
+            return advanced[key]
+        out = set()
+        for v, state in obs:
+            look = variants[v]
+            fate = look.step(int(look.trans[state, byte]))
+            if fate is None:
+                out = None
+                break
+            if fate >= 0:
+                out.add((v, fate))
+        result = advanced[key] = None if out is None else frozenset(out)
+        return result
+
+    def accepting(threads: frozenset, initial: bool) -> bool:
+        final = final_start if initial else final_later
+        return any(final[q] and all(variants[v].holds_at_end(s) for v, s in obs) for q, obs in threads)
+
+    empty_obs: frozenset = frozenset()
+    first = closure([(start, empty_obs)], at_start)
+    index = {(True, first): 0}
+    order = [(True, first)]
+    rows: list[list[int]] = []
+    accepts: list[bool] = []
+    members = 0
+    i = 0
+    while i < len(order):
+        check_deadline()
+        initial, threads = order[i]
+        members += len(threads)
+        if len(order) > MAX_LOOKAROUND_STATES or members > MAX_LOOKAROUND_MEMBERS:
+            raise AutomatonTooLarge(
+                f"the regex's lookahead needs more than {MAX_LOOKAROUND_STATES:,} DFA states "
+                f"(or {MAX_LOOKAROUND_MEMBERS:,} threads in all) before minimisation"
+            )
+        accepts.append(accepting(threads, initial and at_start))
+        row = []
+        for c in range(num_classes):
+            byte = int(first_byte[c])
+            seeds = []
+            for q, obs in threads:
+                targets = reads[q].get(c)
+                if not targets:
+                    continue
+                moved = advance(obs, byte)
+                if moved is None:
+                    continue
+                seeds.extend((r, moved) for r in targets)
+            if not seeds:
+                row.append(-1)
+                continue
+            nxt = closure(seeds, False)
+            if not nxt:
+                row.append(-1)
+                continue
+            key = (False, nxt)
+            target = index.get(key)
+            if target is None:
+                target = index[key] = len(order)
+                order.append(key)
+            row.append(target)
+        rows.append(row)
+        i += 1
+    table = np.array(rows, dtype=np.int32).reshape(len(rows), num_classes)
+    trans = np.ascontiguousarray(table[:, class_of])
+    return ByteDFA(trans, np.array(accepts, dtype=np.bool_)).reduced()
 
 
 #: The group depth past which :func:`deep_nesting_offset` points: deeper nesting than any real pattern needs.
@@ -238,10 +516,13 @@ def deep_nesting_offset(text: str) -> int | None:
 class _Builder:
     """Thompson construction from interegular's parse tree into a :class:`ByteNFA`."""
 
-    def __init__(self, nfa: ByteNFA, pattern: str, anchors: bool):
+    def __init__(self, nfa: ByteNFA, pattern: str, anchors: bool, looks: list | None = None):
         self.nfa = nfa
         self.pattern = pattern
         self.anchors = anchors
+        #: Where lookaheads are collected (their body and flags, and whether negated), each an edge marked
+        #: ``LOOK + index``; None: a lookahead is refused.
+        self.looks = looks
         #: A class's code-point ranges by (chars, negated, case-insensitive): a counted repeat such as ``[...]{1,200}``
         #: builds the same class once per copy, and a class spelled with thousands of code points is slow to sort.
         self._ranges: dict[tuple[frozenset[str], bool, bool], list[tuple[int, int]]] = {}
@@ -259,10 +540,22 @@ class _Builder:
                 return
             state = src
             for i, part in enumerate(parts):
-                if isinstance(part, _NonCapturing):
-                    raise RegexError("lookaround is not supported", self.pattern)
                 nxt = dst if i == len(parts) - 1 else nfa.new_state()
-                self.build(part, state, nxt, flags)
+                if isinstance(part, _NonCapturing):
+                    if part.backwards:  # pragma: no cover - refused by the parser
+                        raise RegexError("lookbehind is not supported", self.pattern)
+                    if self.looks is None:
+                        found = (self.pattern.find("(?="), self.pattern.find("(?!"))
+                        at = min((i for i in found if i >= 0), default=None)
+                        raise RegexError(
+                            "lookahead is not supported in a grammar terminal (it would look past the match)",
+                            self.pattern,
+                            at,
+                        )
+                    nfa.add_marker(state, LOOK + len(self.looks), nxt)
+                    self.looks.append((part.inner, flags, part.negate))
+                else:
+                    self.build(part, state, nxt, flags)
                 state = nxt
         elif isinstance(node, _Repeated):
             self._repeat(node, src, dst, flags)

@@ -110,7 +110,7 @@ def test_prefixes_of_a_multibyte_character_are_live_but_not_accepting():
 @pytest.mark.parametrize(
     "pattern,position,words",
     [
-        ("ab(?=c)", 2, "lookaround"),
+        ("ab(?<=c)", 2, "lookaround"),
         ("ab(?<!c)d", 2, "lookaround"),
         ("(a)\\1", 3, "backreference"),
         ("x\\bfoo", 1, "word boundary"),
