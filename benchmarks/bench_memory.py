@@ -6,10 +6,10 @@ Run: .venv/bin/python benchmarks/bench_memory.py [--limit N] [--plot benchmarks/
 
 Start-up steps are measured in order: Python with numpy; the Gemma tokenizer (transformers); constrain's modules
 (numba, the compilers); the ``Vocabulary`` (from the on-disk cache); ``constrain.warmup()`` (numba's kernels
-loaded). "Added at start" is the last minus the tokenizer's step: what constrain itself adds. Then each schema is compiled (``strict``, the default
-time limit), its first mask computed and its valid instances forced (a mask and an advance per token), as
-requests would; the resident set size (``VmRSS``) is sampled every ``--every`` schemas. The plot draws it against
-schemas compiled, with the sum of the caches' documented bounds as a line.
+loaded). "Added at start" is the last minus the tokenizer's step: what constrain itself adds. Then each schema is
+compiled (``strict``, the default time limit), its first mask computed and its valid instances forced (a mask and an
+advance per token), as requests would; the resident set size (``VmRSS``) is sampled every ``--every`` schemas. The
+plot draws it against schemas compiled, with the sum of the caches' documented bounds as a line.
 """
 
 from __future__ import annotations
