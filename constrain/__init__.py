@@ -35,6 +35,7 @@ _EXPORTS = {
     "RelaxationWarning": "constrain.compilers.api",
     "warmup": "constrain.compilers.warmup",
     "clear_compile_cache": "constrain.compilers.api",
+    "set_cache_budget": "constrain.cache",
     "Vocabulary": "constrain.vocab",
     "CompiledStructure": "constrain.runtime",
     "Matcher": "constrain.runtime",
@@ -82,6 +83,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
+    from constrain.cache import set_cache_budget
     from constrain.compilers.api import RelaxationWarning, clear_compile_cache, compile
     from constrain.compilers.choices import compile_choices
     from constrain.compilers.gbnf import compile_gbnf

@@ -10,6 +10,7 @@ import os
 import struct
 import tempfile
 import threading
+import weakref
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
@@ -233,14 +234,130 @@ def _unlink(path: Path | str) -> bool:
     return True
 
 
-class BoundedCache:
-    """A thread-safe LRU map bounded in bytes: what each value costs is given when it is put."""
+#: Bytes that all of constrain's in-memory caches of one process may hold together (:class:`CacheBudget`); each
+#: cache has its own bound besides. :func:`set_cache_budget` changes it.
+DEFAULT_CACHE_BUDGET = 512 << 20
+
+
+def _check_bytes(max_bytes: Any) -> int:
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+        raise ValueError(f"max_bytes must be a number of bytes (an int, 0 or more), not {max_bytes!r}")
+    return max_bytes
+
+
+class CacheBudget:
+    """Bytes that many :class:`BoundedCache` objects share: when their sum passes ``max_bytes``, the least recently
+    used entries of all of them go first, whichever cache holds them. Each cache's own bound still holds.
+
+    Every cache joins the process's budget (:data:`PROCESS_BUDGET`) by default, so the memory constrain keeps
+    between compiles (automata, rule DFAs, compiled structures, each structure's masks, lexical walks) levels off
+    below one documented figure however many structures a server sees. A cache that is garbage-collected leaves
+    the budget with its bytes."""
 
     def __init__(self, max_bytes: int):
+        self.max_bytes = _check_bytes(max_bytes)
+        self._order: OrderedDict[tuple[int, Hashable], int] = OrderedDict()  # (cache number, key) -> bytes
+        self._caches: dict[int, weakref.ref[BoundedCache]] = {}
+        self._held: dict[int, int] = {}  # cache number -> bytes
+        self._bytes = 0
+        self._next = 0
+        self._lock = threading.Lock()
+
+    @property
+    def used_bytes(self) -> int:
+        """The bytes the member caches hold now."""
+        return self._bytes
+
+    def join(self, cache: BoundedCache) -> int:
+        with self._lock:
+            number = self._next
+            self._next += 1
+            self._caches[number] = weakref.ref(cache)
+            self._held[number] = 0
+        weakref.finalize(cache, self._forget, number)
+        return number
+
+    def _forget(self, number: int) -> None:
+        with self._lock:
+            self._caches.pop(number, None)
+            self._bytes -= self._held.pop(number, 0)
+
+    def added(self, number: int, key: Hashable, nbytes: int) -> None:
+        """A cache put ``key``; evict across caches while over budget (the entry just put stays)."""
+        victims: list[tuple[int, Hashable]] = []
+        with self._lock:
+            if number not in self._held:
+                return
+            old = self._order.pop((number, key), None)
+            if old is not None:
+                self._bytes -= old
+                self._held[number] -= old
+            self._order[(number, key)] = nbytes
+            self._bytes += nbytes
+            self._held[number] += nbytes
+            while self._bytes > self.max_bytes and len(self._order) > 1:
+                (victim, victim_key), freed = self._order.popitem(last=False)
+                self._bytes -= freed
+                if victim in self._held:
+                    self._held[victim] -= freed
+                victims.append((victim, victim_key))
+            refs = [(self._caches.get(v), k) for v, k in victims]
+        for ref, victim_key in refs:  # outside the budget's lock: a cache never waits on it while holding its own
+            cache = ref() if ref is not None else None
+            if cache is not None:
+                cache._drop(victim_key)
+
+    def used(self, number: int, key: Hashable) -> None:
+        with self._lock:
+            if (number, key) in self._order:
+                self._order.move_to_end((number, key))
+
+    def removed(self, number: int, key: Hashable) -> None:
+        with self._lock:
+            freed = self._order.pop((number, key), None)
+            if freed is not None:
+                self._bytes -= freed
+                if number in self._held:
+                    self._held[number] -= freed
+
+    def shrink(self) -> None:
+        """Evict down to ``max_bytes`` now (after the bound was lowered)."""
+        with self._lock:
+            victims = []
+            while self._bytes > self.max_bytes and self._order:
+                (victim, key), freed = self._order.popitem(last=False)
+                self._bytes -= freed
+                if victim in self._held:
+                    self._held[victim] -= freed
+                victims.append((self._caches.get(victim), key))
+        for ref, key in victims:
+            cache = ref() if ref is not None else None
+            if cache is not None:
+                cache._drop(key)
+
+
+#: The budget every :class:`BoundedCache` joins unless given another.
+PROCESS_BUDGET = CacheBudget(DEFAULT_CACHE_BUDGET)
+
+
+def set_cache_budget(max_bytes: int) -> None:
+    """Bound the bytes all of constrain's in-memory caches hold together (default :data:`DEFAULT_CACHE_BUDGET`,
+    512 MiB); what is over goes at once, least recently used first."""
+    PROCESS_BUDGET.max_bytes = _check_bytes(max_bytes)
+    PROCESS_BUDGET.shrink()
+
+
+class BoundedCache:
+    """A thread-safe LRU map bounded in bytes: what each value costs is given when it is put. Its entries also
+    count against ``budget`` (the process's :class:`CacheBudget` by default; None: none)."""
+
+    def __init__(self, max_bytes: int, *, budget: CacheBudget | None = PROCESS_BUDGET):
         self.max_bytes = max_bytes
         self._entries: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
+        self._budget = budget
+        self._number = budget.join(self) if budget is not None else -1
 
     def get(self, key: Hashable) -> Any | None:
         with self._lock:
@@ -248,9 +365,12 @@ class BoundedCache:
             if entry is None:
                 return None
             self._entries.move_to_end(key)
-            return entry[0]
+        if self._budget is not None:
+            self._budget.used(self._number, key)
+        return entry[0]
 
     def put(self, key: Hashable, value: Any, nbytes: int) -> None:
+        evicted = []
         with self._lock:
             old = self._entries.pop(key, None)
             if old is not None:
@@ -258,13 +378,34 @@ class BoundedCache:
             self._entries[key] = (value, nbytes)
             self._bytes += nbytes
             while self._bytes > self.max_bytes and len(self._entries) > 1:
-                _, (_, freed) = self._entries.popitem(last=False)
+                gone, (_, freed) = self._entries.popitem(last=False)
                 self._bytes -= freed
+                evicted.append(gone)
+        if self._budget is not None:
+            for gone in evicted:
+                self._budget.removed(self._number, gone)
+            self._budget.added(self._number, key, nbytes)
+
+    def _drop(self, key: Hashable) -> None:
+        """Forget ``key`` (the budget evicted it)."""
+        with self._lock:
+            entry = self._entries.pop(key, None)
+            if entry is not None:
+                self._bytes -= entry[1]
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes its entries cost."""
+        return self._bytes
 
     def clear(self) -> None:
         with self._lock:
+            keys = list(self._entries)
             self._entries.clear()
             self._bytes = 0
+        if self._budget is not None:
+            for key in keys:
+                self._budget.removed(self._number, key)
 
     def __len__(self) -> int:
         return len(self._entries)

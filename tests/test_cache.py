@@ -51,3 +51,72 @@ def test_disk_dir_falls_back_to_a_folder_of_the_process(tmp_path, monkeypatch, f
     folder = cache.disk_dir("models", "x")
     assert folder.is_dir() and blocker not in folder.parents
     (folder / "probe").write_text("ok")
+
+
+# -- the process-wide budget of in-memory caches ----------------------------------------------------------------
+
+
+def test_a_budget_evicts_least_recently_used_entries_across_caches():
+    from constrain.cache import BoundedCache, CacheBudget
+
+    budget = CacheBudget(100)
+    first, second = BoundedCache(1000, budget=budget), BoundedCache(1000, budget=budget)
+    first.put("a", 1, 40)
+    second.put("b", 2, 40)
+    assert first.get("a") == 1  # "a" is now more recent than "b"
+    second.put("c", 3, 40)  # 120 > 100: the least recently used, "b", goes
+    assert second.get("b") is None and first.get("a") == 1 and second.get("c") == 3
+    assert budget.used_bytes == 80 == first.nbytes + second.nbytes
+
+
+def test_a_cache_that_dies_leaves_the_budget_with_its_bytes():
+    import gc
+
+    from constrain.cache import BoundedCache, CacheBudget
+
+    budget = CacheBudget(1000)
+    kept, dropped = BoundedCache(1000, budget=budget), BoundedCache(1000, budget=budget)
+    kept.put("k", 1, 10)
+    dropped.put("d", 2, 300)
+    assert budget.used_bytes == 310
+    del dropped
+    gc.collect()
+    assert budget.used_bytes == 10
+    kept.put("k2", 3, 900)  # fits now that the dead cache's bytes are gone: nothing of kept is evicted
+    assert kept.get("k") == 1 and kept.get("k2") == 3
+
+
+def test_each_cache_keeps_its_own_bound_and_clear_returns_its_bytes():
+    from constrain.cache import BoundedCache, CacheBudget
+
+    budget = CacheBudget(10_000)
+    cache = BoundedCache(50, budget=budget)
+    for i in range(5):
+        cache.put(i, i, 20)
+    assert len(cache) == 2 and cache.nbytes == 40 and budget.used_bytes == 40
+    cache.clear()
+    assert budget.used_bytes == 0
+
+
+def test_set_cache_budget_shrinks_the_process_budget_at_once():
+    from constrain.cache import DEFAULT_CACHE_BUDGET, PROCESS_BUDGET, BoundedCache, set_cache_budget
+
+    cache = BoundedCache(1 << 20)  # joins the process budget
+    try:
+        cache.put("x", 1, 4096)
+        set_cache_budget(PROCESS_BUDGET.used_bytes - 1)  # one byte less than what is held: the oldest go
+        assert PROCESS_BUDGET.used_bytes <= PROCESS_BUDGET.max_bytes
+        with pytest.raises(ValueError, match="number of bytes"):
+            set_cache_budget(-1)
+    finally:
+        set_cache_budget(DEFAULT_CACHE_BUDGET)
+
+
+def test_mask_caches_count_against_the_process_budget(cl100k_vocab):
+    from constrain.cache import PROCESS_BUDGET
+    from constrain.compilers.json_schema import compile_json_schema
+
+    structure = compile_json_schema({"type": "array", "items": {"type": "integer"}}, cl100k_vocab)
+    before = PROCESS_BUDGET.used_bytes
+    structure.masks.get(structure.start)  # the first mask, computed and cached
+    assert PROCESS_BUDGET.used_bytes >= before + cl100k_vocab.size // 8

@@ -7,14 +7,13 @@ in a store bounded in bytes that every matcher (and thread) of one compiled stru
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Hashable
 
 import numpy as np
 from numba import njit
 
 from constrain.automata.dfa import ByteDFA
+from constrain.cache import BoundedCache
 from constrain.errors import ArgumentError
 from constrain.vocab.vocabulary import Vocabulary
 
@@ -84,9 +83,7 @@ class MaskCache:
         self._eos_words = np.zeros(self.width, dtype=np.uint32)
         for t in vocab.eos_ids:
             self._eos_words[t >> 5] |= np.uint32(1 << (int(t) & 31))
-        self._max_entries = max(1, cache_bytes // (4 * self.width))
-        self._cache: OrderedDict[Hashable, np.ndarray] = OrderedDict()
-        self._lock = threading.Lock()
+        self._cache = BoundedCache(cache_bytes)  # counts against the process's cache budget too
 
     def _walk(self, state: Hashable, words: np.ndarray) -> bool:
         """Set in ``words`` the bits of the tokens ``state`` can read; return whether it may end the text."""
@@ -104,17 +101,9 @@ class MaskCache:
     def get(self, state: Hashable) -> np.ndarray:
         """The (read-only) mask of ``state``, from the cache when it is there."""
         mask = self._cache.get(state)
-        if mask is not None:
-            try:
-                self._cache.move_to_end(state)
-            except KeyError:  # evicted by another thread meanwhile; the mask in hand is still right
-                pass
-            return mask
-        mask = self.compute(state)
-        with self._lock:
-            self._cache[state] = mask
-            if len(self._cache) > self._max_entries:
-                self._cache.popitem(last=False)
+        if mask is None:
+            mask = self.compute(state)
+            self._cache.put(state, mask, mask.nbytes)
         return mask
 
     @property
@@ -137,7 +126,7 @@ class StateMasks(MaskCache):
         self._flat_trans = np.ascontiguousarray(dfa.trans).reshape(-1)
         self._stack_size = vocab.trie.max_depth + 1
         self._eager: list[np.ndarray] | None = None
-        if dfa.num_states <= min(EAGER_STATES, self._max_entries):
+        if dfa.num_states <= min(EAGER_STATES, cache_bytes // (4 * self.width)):
             self._eager = [self.compute(state) for state in range(dfa.num_states)]
 
     def _walk(self, state: int, words: np.ndarray) -> bool:
