@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from typing import Any
+
 from constrain.compilers.json_schema.cdfa import _CDFA
-from constrain.compilers.json_schema.errors import _NotNegatable, _Unsatisfiable
+from constrain.compilers.json_schema.document import _clean_pointer
+from constrain.compilers.json_schema.errors import _TIME_LIMIT, _NotNegatable, _Unsatisfiable
+from constrain.compilers.json_schema.formats import _FORMATS
 from constrain.compilers.json_schema.keywords import _Part, _Shape
 from constrain.compilers.json_schema.layout import _child_depth, _Layout
 from constrain.compilers.json_schema.regex_ast import _ast_to_expr
-from constrain.compilers.json_schema.values import _canonical_value
+from constrain.compilers.json_schema.strings import _format_cdfa
+from constrain.compilers.json_schema.values import _ALL_KINDS, _canonical_value, _json_key, _kinds_of_type, _to_decimal
+from constrain.errors import JsonSchemaError
 from constrain.grammar.ir import Alt, Expr, Ref, Repeat, Seq
 
-#: ``uniqueItems`` is exact for items drawn from an enum of at most this many values (a rule per subset).
-MAX_UNIQUE_ENUM = 8
+#: ``uniqueItems`` is exact when every item comes from a finite set of values, its union at most this many values
+#: (an enum, ``const``, booleans, ``null``, integers in a bounded range, or any mix of these): a rule per set of
+#: values used so far.
+MAX_UNIQUE_ENUM = 16
+#: Most sets of values used so far (one rule each) an array of unique items from a finite domain may need: every
+#: subset of the domain up to ``maxItems`` values that an array can reach.
+MAX_UNIQUE_SETS = 2048
 
 
 class _ArrayRules:
@@ -44,7 +56,7 @@ class _ArrayRules:
                 if "prefixItems" in live and "prefixItems" in self.doc.keywords:
                     prefix = [f"{part.ptr}/prefixItems/{i}" for i in range(len(node["prefixItems"]))]
                 rest = f"{part.ptr}/items" if items is not None else None
-            if "contains" in live and "contains" in self.doc.keywords:
+            if "contains" in live and ("contains" in self.doc.keywords or self.doc.is_synthetic(part.ptr)):
                 has_counts = not self.doc.legacy
                 low = node.get("minContains", 1) if has_counts else 1
                 high = node.get("maxContains") if has_counts else None
@@ -79,17 +91,20 @@ class _ArrayRules:
             at = sh.min_items_at if sh.min_items_at[0] else (sh.array_parts[0].ptr + "/items", "items")
             raise self.unsatisfiable(f"at least {sh.min_items} items are needed but at most {max_n} can be valid", *at)
         if sh.unique is not None and (max_n is None or max_n > 1):
-            finite = None
-            if not elements and not contains and rest_parts:
-                try:
-                    finite = self.finite_candidates(self.normalise(rest_parts))
-                except _Unsatisfiable:
-                    finite = None
-            if finite is not None and len(finite) <= MAX_UNIQUE_ENUM:
-                return self.unique_items_expr(finite, sh.min_items, max_n, lay, cd, name, sh.unique)
+            positions = [
+                [_Part(x) for p, r in zip(prefixes, rests) for x in ([p[i]] if i < len(p) else [r]) if x is not None]
+                for i in range(len(elements))
+            ]  # fmt: skip
+            found = self.unique_items_expr(
+                positions, rest_parts if rest_expr is not None else None, contains, sh.min_items, max_n, lay, cd,
+                name, sh.unique,
+            )  # fmt: skip
+            if found is not None:
+                return found
             self.refuse(
-                sh.unique, "uniqueItems", "uniqueness of array items cannot be expressed by a grammar (unless the "
-                f"items come from an enum of at most {MAX_UNIQUE_ENUM} values)", "dropped",
+                sh.unique, "uniqueItems", "uniqueness of array items cannot be expressed by a grammar (unless every "
+                f"item comes from a finite set of at most {MAX_UNIQUE_ENUM} values: an enum, const, booleans, null or "
+                "a bounded integer range)", "dropped",
             )  # fmt: skip
         if contains:
             low = max(c[1] for c in contains)
@@ -128,23 +143,207 @@ class _ArrayRules:
                 x = item if i < sh.min_items else Repeat(item, 0, 1)
         return self.bracketed(nonempty, sh.min_items == 0, lay.arr_open, lay.arr_close, lay.arr_empty, sh.min_items_at)
 
+    def finite_domain(self, parts: list[_Part]) -> list[Any] | None:
+        """The values the conjunction of ``parts`` allows when they are finitely many and at most
+        :data:`MAX_UNIQUE_ENUM` (None otherwise): an enum or const (validated against the whole conjunction), or
+        the nulls, booleans and integers of a bounded range its types and bounds leave, each validated against the
+        whole conjunction (so its other keywords, branches and negations included, are exact)."""
+        try:
+            norm = self.normalise(parts)
+        except _Unsatisfiable:
+            return []
+        if not norm:
+            return None
+        try:
+            listed = self.finite_candidates(norm)
+        except _Unsatisfiable:
+            return []
+        if listed is not None:
+            return listed if len(listed) <= MAX_UNIQUE_ENUM else None
+        candidates = self.finite_superset(norm, 0)
+        if candidates is None or len(candidates) > MAX_UNIQUE_ENUM:
+            return None
+        formats = [
+            self.node(p.ptr)["format"]
+            for p in norm
+            if p.neg is None and "format" in self.live_keys(p) and self.node(p.ptr)["format"] in _FORMATS
+        ]
+        out = []
+        for value in candidates:
+            if isinstance(value, str) and any(not _format_cdfa(f).accepts(value) for f in formats):
+                continue  # formats are asserted, as for an enum's values (see finite_candidates)
+            try:
+                ok = self.doc.is_valid(norm, value)
+            except _TIME_LIMIT:
+                raise
+            except Exception as exc:  # an unresolvable reference met by jsonschema, a bad regex...
+                raise JsonSchemaError(
+                    f"cannot evaluate the item values against the schema: {exc}", _clean_pointer(norm[0].ptr)
+                ) from None
+            if ok:
+                out.append(value)
+        return out
+
+    def finite_superset(self, norm: tuple[_Part, ...], depth: int) -> list[Any] | None:
+        """A finite set of at most :data:`MAX_UNIQUE_ENUM` values that holds every value the conjunction ``norm``
+        allows, or None: what its types and numeric bounds leave (nulls, booleans, the integers of a bounded
+        range), its enums and consts, and the union over the branches of an ``anyOf``/``oneOf`` whose branches
+        all have such a set."""
+        kinds = set(_ALL_KINDS)
+        lo: Decimal | None = None
+        hi: Decimal | None = None
+        listed: dict[str, Any] | None = None
+        for part in norm:
+            if part.neg is not None:
+                continue  # a negation only narrows what the other parts allow
+            node = self.node(part.ptr)
+            live = self.live_keys(part)
+            if "type" in live:
+                kinds &= _kinds_of_type(node["type"])
+            for kw in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
+                value = node.get(kw) if kw in live else None
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    continue
+                bound = _to_decimal(value)  # not strict: a superset, which validation narrows
+                if kw in ("minimum", "exclusiveMinimum"):
+                    lo = bound if lo is None else max(lo, bound)
+                else:
+                    hi = bound if hi is None else min(hi, bound)
+            found: list[list[Any]] = []
+            for kw in ("const", "enum"):
+                if kw in live and (kw == "const" or isinstance(node[kw], list)):
+                    found.append([node[kw]] if kw == "const" else node[kw])
+            for kw in ("anyOf", "oneOf"):
+                if kw in live and isinstance(node[kw], list) and depth < 4:
+                    union: list[Any] = []
+                    for i in range(len(node[kw])):
+                        try:
+                            branch = self.normalise([_Part(f"{part.ptr}/{kw}/{i}")])
+                        except _Unsatisfiable:
+                            continue
+                        sub = self.finite_superset(branch, depth + 1) if branch else None
+                        if sub is None:
+                            union = None
+                            break
+                        union.extend(sub)
+                    if union is not None:
+                        found.append(union)
+            for values in found:
+                keyed = {_json_key(v): v for v in values}
+                listed = keyed if listed is None else {k: v for k, v in listed.items() if k in keyed}
+        if listed is not None:
+            return list(listed.values())
+        if kinds - {"null", "boolean", "int"}:
+            return None
+        candidates: list[Any] = []
+        if "null" in kinds:
+            candidates.append(None)
+        if "boolean" in kinds:
+            candidates += [True, False]
+        if "int" in kinds:
+            if lo is None or hi is None:
+                return None
+            first, last = int(lo.to_integral_value(ROUND_CEILING)), int(hi.to_integral_value(ROUND_FLOOR))
+            if last - first + 1 > MAX_UNIQUE_ENUM:
+                return None
+            candidates += range(first, last + 1)
+        return candidates
+
     def unique_items_expr(
-        self, values: list, min_items: int, max_n: int | None, lay: _Layout, cd, name: str, at: str
-    ) -> Expr:
-        """Arrays of distinct values from a small finite set: one rule per set of values used so far."""
-        literals = [self.value_literal(_canonical_value(v), cd) for v in values]
+        self, positions: list[list[_Part]], rest: list[_Part] | None, contains: list[tuple[str, int, int | None]],
+        min_items: int, max_n: int | None, lay: _Layout, cd, name: str, at: str,
+    ) -> Expr | None:  # fmt: skip
+        """Arrays of distinct items when every item comes from a small finite set (None when one does not):
+        ``positions`` are the conjunctions of the prefix items, ``rest`` that of the items after them (None: no
+        more), ``contains`` the ``contains`` keywords with their counts. The items an array has used so far are a
+        set of values, whose size is the number of items read, so one rule per reachable set (at most
+        :data:`MAX_UNIQUE_SETS`) decides what may follow: a value not used yet, allowed at that position; and
+        whether the array may end there (``minItems``, and each ``contains`` count over the values used)."""
+        domains = [self.finite_domain(parts) for parts in positions]
+        rest_domain = self.finite_domain(rest) if rest is not None else []
+        if rest_domain is None or any(d is None for d in domains):
+            return None
+        index: dict[str, int] = {}
+        values: list[Any] = []
+        for domain in [*domains, rest_domain]:
+            for value in domain:
+                key = _json_key(value)
+                if key not in index:
+                    index[key] = len(values)
+                    values.append(value)
+        if len(values) > MAX_UNIQUE_ENUM:
+            return None
+        allowed = [sum(1 << index[_json_key(v)] for v in d) for d in domains]
+        rest_bits = sum(1 << index[_json_key(v)] for v in rest_domain)
+        counted = []
+        for c_ptr, low, high in contains:
+            bits = 0
+            for value in values:
+                try:
+                    ok = self.doc.is_valid((_Part(c_ptr),), value)
+                except _TIME_LIMIT:
+                    raise
+                except Exception as exc:
+                    raise JsonSchemaError(
+                        f"cannot evaluate the item values against contains: {exc}", _clean_pointer(c_ptr), "contains"
+                    ) from None
+                if ok:
+                    bits |= 1 << index[_json_key(value)]
+            counted.append((bits, low, high))
         cap = len(values) if max_n is None else min(len(values), max_n)
-        if min_items > cap:
-            raise self.unsatisfiable(f"{min_items} distinct items are needed but only {cap} can be", at, "uniqueItems")
+
+        def following(mask: int) -> int:
+            used = mask.bit_count()
+            if used >= cap:
+                return 0
+            return (allowed[used] if used < len(allowed) else rest_bits) & ~mask
+
+        def may_end(mask: int) -> bool:
+            if mask.bit_count() < min_items:
+                return False
+            return all(
+                (mask & bits).bit_count() >= low and (high is None or (mask & bits).bit_count() <= high)
+                for bits, low, high in counted
+            )
+
+        reachable = [0]
+        seen = {0}
+        i = 0
+        while i < len(reachable):
+            mask = reachable[i]
+            i += 1
+            nxt = following(mask)
+            while nxt:
+                bit = nxt & -nxt
+                nxt ^= bit
+                if mask | bit not in seen:
+                    if len(seen) >= MAX_UNIQUE_SETS:
+                        return None
+                    seen.add(mask | bit)
+                    reachable.append(mask | bit)
+        productive = {m for m in reachable if may_end(m)}
+        for mask in reversed(reachable):  # supersets come later in breadth-first order
+            nxt = following(mask)
+            while nxt and mask not in productive:
+                bit = nxt & -nxt
+                nxt ^= bit
+                if mask | bit in productive:
+                    productive.add(mask)
+        if 0 not in productive:
+            pointer = contains[0][0] if contains and min_items <= cap else at
+            raise self.unsatisfiable(
+                f"no array of at least {min_items} distinct items from the values allowed meets the constraints",
+                pointer, "contains" if pointer != at else "uniqueItems",
+            )  # fmt: skip
+        literals = [self.value_literal(_canonical_value(v), cd) for v in values]
 
         def options(mask: int) -> list[Expr]:
-            used = bin(mask).count("1")
             out: list[Expr] = []
-            if used < cap:
-                for i, lit in enumerate(literals):
-                    if not mask >> i & 1:
-                        out.append(Seq(((lay.comma,) if mask else ()) + (lit, rule(mask | 1 << i))))
-            if used >= min_items:
+            nxt = following(mask)
+            for j in range(len(values)):
+                if nxt >> j & 1 and mask | 1 << j in productive:
+                    out.append(Seq(((lay.comma,) if mask else ()) + (literals[j], rule(mask | 1 << j))))
+            if may_end(mask):
                 out.append(Seq(()))
             return out
 
@@ -158,7 +357,7 @@ class _ArrayRules:
 
         top = [o for o in options(0) if o != Seq(())]
         nonempty = None if not top else top[0] if len(top) == 1 else Alt(tuple(top))
-        return self.bracketed(nonempty, min_items == 0, lay.arr_open, lay.arr_close, lay.arr_empty, (at, "uniqueItems"))
+        return self.bracketed(nonempty, may_end(0), lay.arr_open, lay.arr_close, lay.arr_empty, (at, "uniqueItems"))
 
     def contains_expr(self, sh, contains, rest_parts, rest_expr, max_n, lay, cd) -> Expr:
         c_ptr, min_c, max_c = contains

@@ -4,9 +4,10 @@ alternatives of conjunctions, the negation of a schema, and the merging of a con
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
-from itertools import product
+from itertools import islice, product
 from typing import Any
 
 from constrain.compilers.json_schema.document import _clean_pointer, _escape_token
@@ -51,6 +52,11 @@ def _disjoint(a: dict, b: dict) -> bool:
                 return True
     return False
 
+
+#: Most alternatives an exact ``oneOf`` may take (each branch with the negations of the branches it may overlap).
+MAX_ONE_OF_COMBINATIONS = 128
+#: Most branches of a ``oneOf`` made exclusive by negation (each pair is tested for a common value).
+MAX_ONE_OF_BRANCHES = 32
 
 #: The bound of a shape that the negation of a count keyword tightens: not ``minLength: n`` is ``maxLength: n - 1``.
 _NEGATED_COUNTS = {
@@ -228,23 +234,7 @@ class _Combinators:
             split = self.one_of_by_kind(branches, f"{ptr}/oneOf")
             if split is not None:
                 return split
-            # exact: branch i and the negation of every other branch
-            if len(branches) > 4:
-                raise _NotNegatable("the oneOf branches are not provably exclusive")
-            out: list[tuple[_Part, ...]] = []
-            negs = []
-            for b in branches:
-                try:
-                    negs.append(self.negate(b.ptr))
-                except _NotNegatable:
-                    raise _NotNegatable("the oneOf branches are not provably exclusive and cannot be negated") from None
-            for i, b in enumerate(branches):
-                others = [negs[j] for j in range(len(branches)) if j != i]
-                for combo in product(*others):
-                    out.append((b,) + tuple(p for conj in combo for p in conj))
-                    if len(out) > 64:
-                        raise _NotNegatable("the oneOf branches need too many exclusive combinations")
-            return out
+            return self.exclusive_one_of(branches)
         if kw == "not":
             return self.negate(f"{ptr}/not")
         if kw == "if":
@@ -282,6 +272,75 @@ class _Combinators:
             )
         return [tuple(p for conj in combo for p in conj) for combo in product(*choices)]
 
+    def exclusive_one_of(self, branches: list[_Part]) -> list[tuple[_Part, ...]]:
+        """``oneOf`` made exact: each branch together with the negation of every other branch it may overlap (a
+        branch provably disjoint from it needs none), each negation kept to the alternatives that can hold beside
+        the branch. Raises _NotNegatable when an overlapping branch cannot be negated, or when that takes more than
+        :data:`MAX_ONE_OF_COMBINATIONS` alternatives or :data:`MAX_ONE_OF_BRANCHES` branches."""
+        n = len(branches)
+        if n > MAX_ONE_OF_BRANCHES:
+            raise _NotNegatable(f"the oneOf branches are not provably exclusive (more than {MAX_ONE_OF_BRANCHES})")
+        summaries = [self.summary(b) for b in branches]
+        negations: dict[int, list[tuple[_Part, ...]]] = {}
+        out: list[tuple[_Part, ...]] = []
+        for i, b in enumerate(branches):
+            # The alternatives for branch i, refined one overlapping branch j at a time: an alternative that already
+            # excludes branch j stays as it is; another is split by the negation's alternatives that can hold in it.
+            terms: list[tuple[_Part, ...]] = [(b,)]
+            for j in range(n):
+                if j == i or _disjoint(summaries[i], summaries[j]) or self.no_common_value(b, branches[j]):
+                    continue
+                if j not in negations:
+                    try:
+                        negations[j] = self.negate(branches[j].ptr)
+                    except _NotNegatable as exc:
+                        raise _NotNegatable(
+                            f"the oneOf branches are not provably exclusive and cannot be negated ({exc})"
+                        ) from None
+                refined: list[tuple[_Part, ...]] = []
+                for term in terms:
+                    if not self.can_hold((*term, branches[j])):
+                        refined.append(term)
+                        continue
+                    refined.extend((*term, *d) for d in negations[j] if self.can_hold((*term, *d)))
+                    if len(out) + len(refined) > MAX_ONE_OF_COMBINATIONS:
+                        raise _NotNegatable("the oneOf branches need too many exclusive combinations")
+                terms = refined
+                if not terms:  # branch i implies another: it never holds alone
+                    break
+            out.extend(terms)
+        return out
+
+    def can_hold(self, parts: tuple[_Part, ...]) -> bool:
+        """Whether the conjunction of ``parts`` is satisfiable as far as compiling it shows (True when that cannot
+        be decided: a refusal or too large an automaton)."""
+        key = frozenset(parts)
+        hit = self._disjoint_cache.get(key)
+        if hit is not None:
+            return not hit
+        notes = list(self.notes)
+        mark = len(self.memo)
+        try:
+            self.conj(parts, None)
+            result = True  # the rules made are kept, and so are the notes of what they relaxed
+        except _Unsatisfiable:
+            result = False
+            self.notes[:] = notes
+        except (JsonSchemaError, _NotNegatable, _TooLarge):
+            result = True
+            self.notes[:] = notes
+            self.forget_unfinished(mark)
+        self._disjoint_cache[key] = not result
+        return result
+
+    def forget_unfinished(self, mark: int) -> None:
+        """Drop the memo's entries made since it held ``mark`` entries for rules whose body was never made (a
+        compile stopped by a refusal that the caller caught): the next request for them compiles them again, and
+        refuses again. Entries made before (rules still being built further up) stay."""
+        for key, name in list(islice(self.memo.items(), mark, None)):
+            if isinstance(name, str) and name not in self.rules:
+                del self.memo[key]
+
     def sees_annotations(self, parts: Sequence[_Part]) -> bool:
         """Whether an unevaluatedProperties/unevaluatedItems of the conjunction depends on which branches hold."""
         for p in parts:
@@ -313,6 +372,7 @@ class _Combinators:
             return False
         self._disjoint_checking.add(key)
         notes = list(self.notes)
+        mark = len(self.memo)
         try:
             extra = (self.synthetic(a.ptr, {"type": group}),) if group else ()
             self.conj((a, b) + extra, None)
@@ -321,6 +381,7 @@ class _Combinators:
             result = True
         except (JsonSchemaError, _NotNegatable, _TooLarge):
             result = False
+            self.forget_unfinished(mark)
         finally:
             self._disjoint_checking.discard(key)
             self.notes[:] = notes
@@ -450,7 +511,7 @@ class _Combinators:
                 continue
             if kw not in _VALIDATION:
                 continue  # unknown keywords are annotations
-            if not self.known_here(kw):
+            if not self.known_here(kw) and not (kw == "contains" and self.doc.is_synthetic(ptr)):
                 self.foreign(ptr, kw)
                 continue
             if kw in ("$ref", "$dynamicRef", "$recursiveRef"):
@@ -459,10 +520,10 @@ class _Combinators:
                 for i in range(len(value)):
                     out.extend(self.negate(f"{ptr}/allOf/{i}"))
             elif kw == "anyOf":
-                combos = list(product(*(self.negate(f"{ptr}/anyOf/{i}") for i in range(len(value)))))
-                if len(combos) > 64:
+                factors = [self.negate(f"{ptr}/anyOf/{i}") for i in range(len(value))]
+                if math.prod(len(f) for f in factors) > 64:  # counted before any is made: the product can be huge
                     raise _NotNegatable(f"the negation of {_clean_pointer(ptr)}/anyOf is too large")
-                out.extend(tuple(p for conj in combo for p in conj) for combo in combos)
+                out.extend(tuple(p for conj in combo for p in conj) for combo in product(*factors))
             elif kw == "not":
                 out.append((_Part(f"{ptr}/not"),))
             elif kw in _NEGATABLE:
@@ -507,6 +568,42 @@ class _Combinators:
                     out.append((self.synthetic(ptr, {"type": "array", "contains": {"not": {"$ptr": f"{ptr}/items"}}}),))
             elif kw == "contains" and "minContains" not in node and "maxContains" not in node:
                 out.append((self.synthetic(ptr, {"type": "array", "items": {"not": {"$ptr": f"{ptr}/contains"}}}),))
+            elif kw == "patternProperties" and isinstance(value, Mapping):
+                # some key matching the pattern has a value its schema rejects (objects._ObjectRules: witnesses)
+                for pattern in value:
+                    if self.node(f"{ptr}/patternProperties/{_escape_token(pattern)}") is not True:
+                        out.append((_Part(ptr, neg=("patternProperties", pattern)),))
+            elif kw == "propertyNames":
+                if value is not True:  # some key's name the schema rejects
+                    out.append((_Part(ptr, neg=("propertyNames",)),))
+            elif kw == "additionalProperties":
+                if value is not True:  # some key neither declared nor matched has a value the schema rejects
+                    out.append((_Part(ptr, neg=("additionalProperties",)),))
+            elif kw == "oneOf":
+                # no branch holds, or two do
+                count = len(value)
+                factors = [self.negate(f"{ptr}/oneOf/{i}") for i in range(count)]
+                if math.prod(len(f) for f in factors) > 64:  # counted before any is made: the product can be huge
+                    raise _NotNegatable(f"the negation of {_clean_pointer(ptr)}/oneOf is too large")
+                out.extend(tuple(p for conj in combo for p in conj) for combo in product(*factors))
+                branches = [_Part(f"{ptr}/oneOf/{i}") for i in range(count)]
+                if count > 1 and not self.pairwise_disjoint(branches):
+                    if count * (count - 1) // 2 > 64:
+                        raise _NotNegatable(f"the negation of {_clean_pointer(ptr)}/oneOf is too large")
+                    out.extend((branches[i], branches[j]) for i in range(count) for j in range(i + 1, count))
+            elif kw in ("dependentRequired", "dependencies"):
+                for trigger, dep in value.items():
+                    present = self.synthetic(f"{ptr}/{kw}/{_escape_token(trigger)}", {"required": [trigger]})
+                    if isinstance(dep, list):
+                        out.extend((present, _Part(ptr, neg=("required", name))) for name in dict.fromkeys(dep))
+                    else:
+                        sub = f"{ptr}/{kw}/{_escape_token(trigger)}"
+                        out.extend((present, *d) for d in self.negate(sub))
+            elif kw == "dependentSchemas":
+                for trigger in value:
+                    sub = f"{ptr}/{kw}/{_escape_token(trigger)}"
+                    present = self.synthetic(sub, {"required": [trigger]})
+                    out.extend((present, *d) for d in self.negate(sub))
             elif kw in ("then", "else") and "if" in node:
                 continue
             elif kw == "if":
@@ -542,8 +639,8 @@ class _Combinators:
                     continue
                 if kw not in _VALIDATION:
                     continue  # unknown keywords are annotations
-                if not self.known_here(kw):
-                    self.foreign(part.ptr, kw)
+                if not self.known_here(kw) and not (kw == "contains" and self.doc.is_synthetic(part.ptr)):
+                    self.foreign(part.ptr, kw)  # (a synthetic contains, a negated items, is ours in every draft)
                     continue
                 if kw == "type":
                     sh.restrict(_kinds_of_type(value), f"type {value} leaves no type with the other constraints", *at)
@@ -633,6 +730,11 @@ class _Combinators:
         if kw == "required":
             sh.restrict({"object"}, message, *at)
             sh.forbidden.setdefault(part.neg[1], at[0])
+            return
+        if kw in ("patternProperties", "propertyNames", "additionalProperties"):
+            sh.restrict({"object"}, message, *at)
+            if part not in sh.witnesses:
+                sh.witnesses.append(part)
             return
         sh.restrict(set(_FAMILY.get(kw, _ALL_KINDS)), message, *at)
         value = node[kw]

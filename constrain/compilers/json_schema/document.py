@@ -377,7 +377,11 @@ class _Document:
         if isinstance(node, Mapping):
             if set(node) == {"$ptr"}:
                 return self._as_schema(node["$ptr"])
-            return {k: self._inline(v) if k not in ("enum", "const", "required") else v for k, v in node.items()}
+            out = {k: self._inline(v) if k not in ("enum", "const", "required") else v for k, v in node.items()}
+            if "contains" in out and "contains" not in self.keywords and "not" not in out:
+                # a synthetic contains (a negated items) in a draft without it: some item holds, as "not all fail"
+                out["not"] = {"items": {"not": out.pop("contains")}}
+            return out
         if isinstance(node, list):
             return [self._inline(v) for v in node]
         return node
@@ -388,6 +392,17 @@ class _Document:
         kw = part.neg[0]
         if kw == "required":
             return {"required": [part.neg[1]]}
+        if kw == "patternProperties":
+            pattern = part.neg[1]
+            return {kw: {pattern: self._as_schema(f"{part.ptr}/{kw}/{_escape_token(pattern)}")}}
+        if kw == "propertyNames":
+            return {kw: self._as_schema(f"{part.ptr}/{kw}")}
+        if kw == "additionalProperties":  # what counts as additional is this schema object's business
+            schema = {kw: self._as_schema(f"{part.ptr}/{kw}")}
+            for sibling in ("properties", "patternProperties"):
+                if isinstance(node.get(sibling), Mapping):
+                    schema[sibling] = dict.fromkeys(node[sibling], True)
+            return schema
         schema = {kw: node[kw]}
         if self.draft4 and kw in ("minimum", "maximum"):
             flag = "exclusiveMinimum" if kw == "minimum" else "exclusiveMaximum"

@@ -124,6 +124,9 @@ class _Shape:
         self.max_props: int | None = None
         self.max_props_at = ("", "")
         self.prop_names: list[_Part] = []
+        #: Negated ``patternProperties`` (one pattern), ``propertyNames`` and ``additionalProperties``: each asks
+        #: for a member that witnesses it (see objects._ObjectRules.witness_members).
+        self.witnesses: list[_Part] = []
         self.parts: tuple[_Part, ...] = ()
 
     def restrict(self, kinds: set[str], message: str, ptr: str, keyword: str) -> None:

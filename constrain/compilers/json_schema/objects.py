@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 from constrain.automata.limits import MAX_DFA_STATES
 from constrain.compilers.json_schema.cdfa import _CDFA
@@ -22,6 +23,32 @@ MAX_PATTERN_PROPERTIES = 4
 #: Members of an object read in place in one rule before the rest is a rule of its own; also the fan-out of the
 #: tree of rules a long object's members are grouped in (:meth:`_ObjectRules.members_from`).
 MEMBER_BLOCK = 16
+
+
+#: Most negated ``patternProperties`` / ``propertyNames`` / ``additionalProperties`` (each needs a member that
+#: witnesses it) one object may have: the rules of its members are multiplied by 2 ** that.
+MAX_WITNESSES = 4
+#: Most rules the members of an object with witnesses may take: (declared properties + 1) x (counts) x (sets of
+#: witnesses served).
+MAX_WITNESS_RULES = 20_000
+
+
+#: What :meth:`_ObjectRules.names_cdfa` returns for ``propertyNames`` that allow any name, and for ones refused.
+_ANY_NAME = object()
+_REFUSED = object()
+
+
+class _Witness(NamedTuple):
+    """What a negated ``patternProperties`` (one pattern), ``propertyNames`` or ``additionalProperties`` asks: a
+    member whose key it ``accepts`` (the key language: ``keys()``, an automaton over code points, None when it
+    cannot be built) and whose value satisfies the schemas at ``serve``; a member with such a key that does not
+    serve it has a value satisfying ``decline`` (None: every such member serves it, as for propertyNames)."""
+
+    part: _Part
+    accepts: Callable[[str], bool]
+    keys: Callable[[], _CDFA | None]
+    serve: list[str]
+    decline: list[str] | None
 
 
 class _ObjectInfo:
@@ -79,6 +106,7 @@ class _ObjectRules:
         names = list(ordered)
         here = sh.object_parts[0].ptr if sh.object_parts else ""
         items: list[tuple[str, Expr, bool]] = []
+        item_parts: dict[str, list[str]] = {}
         for key in names:
             _check_time(here)
             self.check_name_length(key, infos, sh)
@@ -104,6 +132,7 @@ class _ObjectRules:
                     if info.unevaluated is not None and not info.evaluates(self, key):
                         vparts.append(info.unevaluated)
                 cause = None
+                item_parts[key] = vparts
                 if closed and not declared and key not in sh.required:
                     cause = "additional properties are closed (additional_properties_default=False)"
                 elif not self.name_allowed(sh, key):
@@ -152,6 +181,13 @@ class _ObjectRules:
                 *sh.min_props_at, "minProperties could be met by repeating an additional property's key",
                 "kept; a repeated key counts twice",
             )  # fmt: skip
+        witnesses = self.witness_specs(sh) if sh.witnesses else []
+        if witnesses:
+            extras = None if closed else self.witness_extras(sh, infos, names, witnesses, lay, cd)
+            found = self.witnessed_members(items, item_parts, extras, witnesses, sh, lay, cd, name)
+            if found is not None:
+                at = (sh.witnesses[0].ptr + "/" + sh.witnesses[0].neg[0], "not")
+                return self.bracketed(found[0], found[1], lay.obj_open, lay.obj_close, lay.obj_empty, at)
         if counting:
             if extra is not None and not isinstance(extra, Ref):
                 self.rules[f"{name}/additional"] = extra  # one rule, however many counts it may appear at
@@ -202,13 +238,296 @@ class _ObjectRules:
     def property_names_cdfa(self, sh: _Shape) -> _CDFA | None:
         if not sh.prop_names:
             return None
-        at = sh.prop_names[0].ptr
+        d = self.names_cdfa(sh.prop_names)
+        return None if d is _ANY_NAME or d is _REFUSED else d
+
+    # -- witnesses: negated patternProperties, propertyNames, additionalProperties ---------------------------------
+
+    def witness_specs(self, sh: _Shape) -> list[_Witness]:
+        """What each of ``sh.witnesses`` asks of one member; refused (lenient: the negation ignored) when a key
+        language cannot be built or there are more than :data:`MAX_WITNESSES`."""
+        if len(sh.witnesses) > MAX_WITNESSES:
+            part = sh.witnesses[MAX_WITNESSES]
+            self.refuse(
+                f"{part.ptr}/{part.neg[0]}", "not", f"more than {MAX_WITNESSES} negated patternProperties, "
+                "propertyNames or additionalProperties apply to one object", "ignored",
+            )  # fmt: skip
+            return []
+        out = []
+        for part in sh.witnesses:
+            kw = part.neg[0]
+            node = self.node(part.ptr)
+            if kw == "patternProperties":
+                value = f"{part.ptr}/{kw}/{_escape_token(part.neg[1])}"
+                keys = self.search(part.neg[1], value)
+                if keys is None:
+                    return []  # lenient: an unsupported pattern, refused by search
+                pos = [self.doc.add_synthetic(part.ptr, {"not": {"$ptr": value}})]
+                out.append(_Witness(part, keys.accepts, lambda keys=keys: keys, pos, [value]))
+            elif kw == "propertyNames":
+                names = _Part(f"{part.ptr}/{kw}")
+
+                def fails(key: str, names: _Part = names) -> bool:
+                    return not self.valid_name((names,), key)
+
+                def keys(names: _Part = names) -> _CDFA | None:
+                    allowed = self.names_cdfa([names])
+                    if allowed is _REFUSED:
+                        return None
+                    if allowed is _ANY_NAME:
+                        return _CDFA.empty()
+                    return _CDFA.universal().minus(allowed).minimized()
+
+                out.append(_Witness(part, fails, keys, [], None))
+            else:  # additionalProperties
+                declared = list(node.get("properties", {})) if isinstance(node.get("properties"), Mapping) else []
+                pats = node.get("patternProperties", {}) if isinstance(node.get("patternProperties"), Mapping) else {}
+                searched = []
+                for pattern in pats:
+                    c = self.search(pattern, f"{part.ptr}/patternProperties/{_escape_token(pattern)}")
+                    if c is None:
+                        return []
+                    searched.append(c)
+
+                def additional(key: str, declared=declared, searched=searched) -> bool:
+                    return key not in declared and not any(c.accepts(key) for c in searched)
+
+                def keys(declared=declared, searched=searched) -> _CDFA:
+                    d = _CDFA.universal()
+                    if declared:
+                        d = d.minus(_CDFA.literals([n for n in declared if _is_utf8(n)])).minimized()
+                    for c in searched:
+                        d = d.minus(c).minimized()
+                    return d
+
+                value = f"{part.ptr}/{kw}"
+                pos = [self.doc.add_synthetic(part.ptr, {"not": {"$ptr": value}})]
+                out.append(_Witness(part, additional, keys, pos, [value]))
+        return out
+
+    def valid_name(self, parts: tuple[_Part, ...], key: str) -> bool:
         try:
-            parts = self.normalise(sh.prop_names)
+            return self.doc.is_valid(parts, key)
+        except _TIME_LIMIT:
+            raise
+        except Exception as exc:
+            raise JsonSchemaError(
+                f"cannot evaluate propertyNames: {exc}", _clean_pointer(parts[0].ptr), "propertyNames"
+            ) from None
+
+    def witness_variants(
+        self, vparts: list[str], applicable: int, witnesses: list[_Witness], cd: int | None
+    ) -> list[tuple[int, Ref]]:
+        """A member's values split by the witnesses it serves: for each subset ``T`` of the ``applicable`` ones (a
+        bit mask), its value schema ``vparts`` with every witness of ``T`` served and every other applicable one
+        not (so the values of different subsets are disjoint); ``(T, value rule)`` for each that can hold."""
+        out = []
+        for served in range(applicable + 1):
+            if served & ~applicable:
+                continue
+            parts = list(vparts)
+            possible = True
+            for k, w in enumerate(witnesses):
+                if served >> k & 1:
+                    parts.extend(w.serve)
+                elif applicable >> k & 1:
+                    if w.decline is None:
+                        possible = False
+                        break
+                    parts.extend(w.decline)
+            if not possible:
+                continue
+            try:
+                out.append((served, self.conj([_Part(v) for v in parts], cd)))
+            except _Unsatisfiable:
+                continue
+        return out
+
+    def witness_extras(
+        self, sh: _Shape, infos, names: list[str], witnesses: list[_Witness], lay: _Layout, cd: int | None
+    ) -> list[tuple[int, Expr]]:
+        """The additional members (keys that are none of ``names``), split by the ``patternProperties`` regions
+        and by the witnesses each key and value serve, as ``(witnesses served, member)``."""
+        patterns: dict[str, str] = {}
+        for info in infos:
+            for p, pp in info.patterns + info.evaluated_patterns:
+                patterns.setdefault(p, pp)
+        if len(patterns) > MAX_PATTERN_PROPERTIES:
+            ptr = next(iter(patterns.values()))
+            self.refuse(
+                ptr.rsplit("/", 1)[0], "patternProperties",
+                f"more than {MAX_PATTERN_PROPERTIES} patternProperties apply to one object", "no additional properties",
+            )  # fmt: skip
+            return []
+        search_of = {p: self.search(p, pp) for p, pp in patterns.items()}
+        if any(c is None for c in search_of.values()):
+            return []
+        order = list(patterns)
+        try:
+            allowed_names = self.property_names_cdfa(sh)
+            key_sets = [w.keys() for w in witnesses]
+        except _TooLarge:
+            self.refuse(sh.witnesses[0].ptr, "not", "the keys need too large an automaton", "not produced")
+            return []
+        out: list[tuple[int, Expr]] = []
+        for mask in range(2 ** len(order)):
+            chosen = {p for i, p in enumerate(order) if mask >> i & 1}
+            vparts: list[str] = []
+            for info in infos:
+                hit = [pp for p, pp in info.patterns if p in chosen]
+                vparts.extend(hit)
+                if not hit and info.additional is not None:
+                    vparts.append(info.additional)
+                if (
+                    info.unevaluated is not None
+                    and not info.evaluates_all
+                    and not any(p in chosen for p, _ in info.patterns + info.evaluated_patterns)
+                ):
+                    vparts.append(info.unevaluated)
+            at = _clean_pointer(vparts[0] if vparts else sh.witnesses[0].ptr)
+            try:
+                d = _CDFA.universal()
+                for p in order:
+                    d = (d.intersect(search_of[p]) if p in chosen else d.minus(search_of[p])).minimized()
+                if names:
+                    d = d.minus(_CDFA.literals([n for n in names if _is_utf8(n)])).minimized()
+                if allowed_names is not None:
+                    d = d.intersect(allowed_names).minimized()
+            except _TooLarge:
+                self.refuse(at, "patternProperties", "the keys need too large an automaton", "not produced")
+                continue
+            if d.is_empty():
+                continue
+            for applicable in range(2 ** len(witnesses)):
+                region = d
+                try:
+                    for k, keys in enumerate(key_sets):
+                        if keys is None:
+                            if applicable >> k & 1:
+                                region = _CDFA.empty()
+                            continue
+                        region = (region.intersect(keys) if applicable >> k & 1 else region.minus(keys)).minimized()
+                except _TooLarge:
+                    self.refuse(at, "not", "the keys need too large an automaton", "not produced")
+                    continue
+                if region.is_empty():
+                    continue
+                variants = self.witness_variants(vparts, applicable, witnesses, cd)
+                if not variants:
+                    continue
+                key = self.encoded(region, at, "patternProperties" if order else "propertyNames")
+                if key is None:
+                    continue
+                out.extend((served, Seq((key, lay.colon, value))) for served, value in variants)
+        return out
+
+    def witnessed_members(
+        self, items, item_parts: dict[str, list[str]], extras: list[tuple[int, Expr]] | None,
+        witnesses: list[_Witness], sh: _Shape, lay: _Layout, cd: int | None, name: str,
+    ) -> tuple[Expr | None, bool] | None:  # fmt: skip
+        """The members of an object that must hold a witness of each of ``witnesses`` (a member whose key and
+        value serve it), with the property counts: one rule per (next declared property, members so far, witnesses
+        served), the declared properties in order, then the additional ones. None, refused, when that needs
+        more than :data:`MAX_WITNESS_RULES` rules."""
+        full = (1 << len(witnesses)) - 1
+        declared: list[tuple[list[tuple[int, Expr]], bool]] = []
+        for key, _, required in items:
+            applicable = sum(1 << k for k, w in enumerate(witnesses) if w.accepts(key))
+            variants = [
+                (served, shared(_then(Literal(_json_string(key)), lay.colon, value)))
+                for served, value in self.witness_variants(item_parts[key], applicable, witnesses, cd)
+            ]
+            if not variants:
+                if required:
+                    raise self.unsatisfiable(
+                        f"the required property {key!r} cannot be present with the negated keywords",
+                        sh.required[key], "required",
+                    )  # fmt: skip
+                continue
+            declared.append((variants, required))
+        n = len(declared)
+        lo, hi = sh.min_props, sh.max_props
+        cap = hi if hi is not None else max(lo, 1)
+        if (n + 1) * (cap + 1) * (full + 1) > MAX_WITNESS_RULES:
+            self.refuse(
+                f"{sh.witnesses[0].ptr}/{sh.witnesses[0].neg[0]}", "not",
+                "the members that witness the negated keywords need too many rules", "ignored",
+            )  # fmt: skip
+            return None
+        required_from: list[int | None] = [None] * (n + 1)
+        for i in reversed(range(n)):
+            required_from[i] = i if declared[i][1] else required_from[i + 1]
+        extra = extras or []
+
+        def moves(state: tuple[int, int, int]) -> list[tuple[Expr, tuple[int, int, int]]]:
+            i, c, mask = state
+            c2 = c + 1 if hi is not None else min(c + 1, cap)
+            if hi is not None and c2 > hi:
+                return []
+            r = required_from[i]
+            last = r if r is not None else n - 1
+            out = [
+                (member, (j + 1, c2, mask | served)) for j in range(i, last + 1) for served, member in declared[j][0]
+            ]
+            if r is None:
+                out += [(member, (n, c2, mask | served)) for served, member in extra]
+            return out
+
+        def accepting(state: tuple[int, int, int]) -> bool:
+            i, c, mask = state
+            return required_from[i] is None and c >= lo and mask == full
+
+        graph: dict[tuple[int, int, int], list[tuple[Expr, tuple[int, int, int]]]] = {}
+        work = [(0, 0, 0)]
+        while work:
+            state = work.pop()
+            if state in graph:
+                continue
+            _check_time(sh.witnesses[0].ptr)
+            graph[state] = moves(state)
+            work.extend(t for _, t in graph[state] if t not in graph)
+        productive = {st for st in graph if accepting(st)}
+        changed = True
+        while changed:
+            changed = False
+            for st, edges in graph.items():
+                if st not in productive and any(t in productive for _, t in edges):
+                    productive.add(st)
+                    changed = True
+        if (0, 0, 0) not in productive:
+            raise self.unsatisfiable(
+                "no object has members that witness every negated keyword", sh.witnesses[0].ptr, "not"
+            )
+
+        def options(state: tuple[int, int, int]) -> list[Expr]:
+            sep = (lay.comma,) if state[1] else ()
+            out: list[Expr] = [Seq((*sep, member, rule(t))) for member, t in graph[state] if t in productive]
+            if accepting(state):
+                out.append(Seq(()))
+            return out
+
+        def rule(state: tuple[int, int, int]) -> Ref:
+            rname = f"{name}/w{state[0]}.{state[1]}.{state[2]}"
+            if rname not in self.rules:
+                self.rules[rname] = Seq(())
+                opts = options(state)
+                self.rules[rname] = opts[0] if len(opts) == 1 else Alt(tuple(opts))
+            return Ref(rname)
+
+        top = [o for o in options((0, 0, 0)) if o != Seq(())]
+        nonempty = None if not top else top[0] if len(top) == 1 else Alt(tuple(top))
+        return nonempty, accepting((0, 0, 0))
+
+    def names_cdfa(self, prop_names: list[_Part]) -> _CDFA | object:
+        """The key names ``propertyNames`` schemas allow, as an automaton over code points, or ``_ANY_NAME``, or
+        ``_REFUSED`` (a schema this cannot turn into one, refused); raises _TooLarge."""
+        at = prop_names[0].ptr
+        try:
+            parts = self.normalise(prop_names)
         except _Unsatisfiable:
             return _CDFA.empty()
         if not parts:
-            return None
+            return _ANY_NAME
         for part in parts:
             node = self.node(part.ptr) if part.neg is None else {}
             for kw in ("const", "enum"):
@@ -220,7 +539,7 @@ class _ObjectRules:
                 self.refuse(
                     at, "propertyNames", "only string constraints and enums are supported in propertyNames", "ignored"
                 )
-                return None
+                return _REFUSED
         sub = self.merge(parts)
         if "string" not in sub.kinds:
             return _CDFA.empty()
@@ -230,7 +549,7 @@ class _ObjectRules:
                 return _CDFA.empty()
             length = _CDFA.length(sub.min_len, sub.max_len)
             d = length if d is None else d.intersect(length).minimized()
-        return d
+        return d if d is not None else _ANY_NAME
 
     def additional_member(self, sh: _Shape, infos, names: list[str], lay: _Layout, cd: int | None) -> Expr | None:
         patterns: dict[str, str] = {}  # pattern -> a pointer where it appears

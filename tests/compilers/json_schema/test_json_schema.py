@@ -556,7 +556,7 @@ ERRORS = [
         "/dependencies",
         "dependencies",
     ),
-    ({"oneOf": [{"type": "object"}, {"additionalProperties": {"type": "string"}}]}, "/oneOf", "oneOf"),
+    ({"oneOf": [{"type": "object"}, {"unevaluatedProperties": {"type": "string"}}]}, "/oneOf", "oneOf"),
 ]
 
 
@@ -683,7 +683,7 @@ def test_lenient_mode_relaxes_and_lists_each_relaxation():
         "type": "object",
         "properties": {
             "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
-            "v": {"oneOf": [{"type": "object"}, {"additionalProperties": {"type": "string"}}]},
+            "v": {"oneOf": [{"type": "object"}, {"unevaluatedProperties": {"type": "string"}}]},
             "e": {"type": "string", "format": "idn-email"},
             "p": {"type": "string", "pattern": "(?<=a)b"},
         },
