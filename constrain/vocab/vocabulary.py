@@ -20,7 +20,14 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from constrain.cache import CACHE_FILE_MODE, cache_dir, open_cache_file, reject_cache_file, write_cache_file
+from constrain.cache import (
+    CACHE_FILE_MODE,
+    BoundedCache,
+    cache_dir,
+    open_cache_file,
+    reject_cache_file,
+    write_cache_file,
+)
 from constrain.errors import TokenError, VocabularyError
 from constrain.vocab.readers import (
     FORMAT_VERSION,
@@ -34,9 +41,10 @@ from constrain.vocab.trie import TokenTrie, _build_trie, _trie_arrays
 
 #: The first byte of a token literal (:func:`token_literal`): one that UTF-8 text never holds.
 LITERAL_BYTE = 0xFF
-#: Vocabularies with token literals kept (:meth:`Vocabulary.with_token_literals`), oldest dropped first.
-_LITERAL_VOCABS_KEPT = 8
-_LITERAL_VOCABS: dict[tuple[str, tuple[int, ...]], Vocabulary] = {}
+#: Bytes of vocabularies with token literals kept (:meth:`Vocabulary.with_token_literals`), least recently used
+#: dropped first (they count against the process's cache budget too).
+LITERAL_VOCABS_BYTES = 128 << 20
+_LITERAL_VOCABS = BoundedCache(LITERAL_VOCABS_BYTES)
 
 
 def token_literal(token_id: int) -> bytes:
@@ -161,6 +169,12 @@ class Vocabulary:
         blob, off = self._blob, self.offsets
         return b"".join([blob[s:e] for s, e in zip(off[arr].tolist(), off[arr + 1].tolist())])
 
+    @property
+    def nbytes(self) -> int:
+        """The bytes of its arrays (token bytes, offsets, flags and the trie)."""
+        arrays = (self.data, self.offsets, self.matchable, self.eos_ids, *_trie_arrays(self.trie))
+        return sum(a.nbytes for a in arrays)
+
     def text_with_specials(self, ids: Iterable[int]) -> str:
         """The text of ``ids`` with each special token written as its name (``<tool_call>``), where :meth:`decode`
         leaves it out: what a parser of a chat model's output (tool calls) reads. Invalid UTF-8 is replaced."""
@@ -203,9 +217,7 @@ class Vocabulary:
             byte_list[i] = token_literal(i)
         names = {i: name for i, name in self.special_names.items()}
         derived = Vocabulary._from_byte_list(byte_list, self.eos_ids, kind=self.kind, special_names=names)
-        if len(_LITERAL_VOCABS) >= _LITERAL_VOCABS_KEPT:
-            _LITERAL_VOCABS.pop(next(iter(_LITERAL_VOCABS)))
-        _LITERAL_VOCABS[key] = derived
+        _LITERAL_VOCABS.put(key, derived, derived.nbytes)
         return derived
 
     def token_text(self, token_id: int) -> str:
