@@ -281,6 +281,14 @@ class CacheBudget:
         with self._lock:
             self._caches.pop(number, None)
             self._bytes -= self._held.pop(number, 0)
+            for entry in [entry for entry in self._order if entry[0] == number]:
+                del self._order[entry]
+
+    def _release(self, number: int, nbytes: int) -> None:
+        """Take an entry's bytes off the total (under the lock)."""
+        if number in self._held:
+            self._held[number] -= nbytes
+            self._bytes -= nbytes
 
     def added(self, number: int, key: Hashable, nbytes: int) -> None:
         """A cache put ``key``; evict across caches while over budget (the entry just put stays)."""
@@ -290,16 +298,13 @@ class CacheBudget:
                 return
             old = self._order.pop((number, key), None)
             if old is not None:
-                self._bytes -= old
-                self._held[number] -= old
+                self._release(number, old)
             self._order[(number, key)] = nbytes
             self._bytes += nbytes
             self._held[number] += nbytes
             while self._bytes > self.max_bytes and len(self._order) > 1:
                 (victim, victim_key), freed = self._order.popitem(last=False)
-                self._bytes -= freed
-                if victim in self._held:
-                    self._held[victim] -= freed
+                self._release(victim, freed)
                 victims.append((victim, victim_key))
             refs = [(self._caches.get(v), k) for v, k in victims]
         for ref, victim_key in refs:  # outside the budget's lock: a cache never waits on it while holding its own
@@ -316,9 +321,7 @@ class CacheBudget:
         with self._lock:
             freed = self._order.pop((number, key), None)
             if freed is not None:
-                self._bytes -= freed
-                if number in self._held:
-                    self._held[number] -= freed
+                self._release(number, freed)
 
     def shrink(self) -> None:
         """Evict down to ``max_bytes`` now (after the bound was lowered)."""
@@ -326,9 +329,7 @@ class CacheBudget:
             victims = []
             while self._bytes > self.max_bytes and self._order:
                 (victim, key), freed = self._order.popitem(last=False)
-                self._bytes -= freed
-                if victim in self._held:
-                    self._held[victim] -= freed
+                self._release(victim, freed)
                 victims.append((self._caches.get(victim), key))
         for ref, key in victims:
             cache = ref() if ref is not None else None

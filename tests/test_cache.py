@@ -84,6 +84,8 @@ def test_a_cache_that_dies_leaves_the_budget_with_its_bytes():
     assert budget.used_bytes == 10
     kept.put("k2", 3, 900)  # fits now that the dead cache's bytes are gone: nothing of kept is evicted
     assert kept.get("k") == 1 and kept.get("k2") == 3
+    kept.put("k3", 4, 500)  # over: the least recently used go, and the count stays that of what is held
+    assert budget.used_bytes == kept.nbytes <= 1000
 
 
 def test_each_cache_keeps_its_own_bound_and_clear_returns_its_bytes():
