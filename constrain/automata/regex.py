@@ -170,7 +170,7 @@ class _Parser(_ParsePattern):
         at = self.index - 2
         ahead = self.data[self.index : self.index + 2]
         if ahead in ("<=", "<!"):
-            raise self.fail("lookbehind (a lookaround looking back) is not supported", at)
+            raise self.fail("lookaround is not supported looking back (lookbehind)", at)
         if ahead[:1] == "(":
             raise self.fail("conditional groups are not supported", at)
         if ahead[:2] == "P=":

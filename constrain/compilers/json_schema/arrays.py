@@ -24,6 +24,8 @@ MAX_UNIQUE_ENUM = 16
 #: Most sets of values used so far (one rule each) an array of unique items from a finite domain may need: every
 #: subset of the domain up to ``maxItems`` values that an array can reach.
 MAX_UNIQUE_SETS = 2048
+#: Most states of the automaton that counts the items of an array with ``contains`` (positions x counts).
+MAX_CONTAINS_STATES = 2000
 
 
 class _ArrayRules:
@@ -106,18 +108,15 @@ class _ArrayRules:
                 f"item comes from a finite set of at most {MAX_UNIQUE_ENUM} values: an enum, const, booleans, null or "
                 "a bounded integer range)", "dropped",
             )  # fmt: skip
-        if contains:
-            low = max(c[1] for c in contains)
-            if len(contains) > 1 or elements:
-                if low > 0 or any(c[2] is not None for c in contains):
-                    self.refuse(
-                        contains[0][0],
-                        "contains",
-                        "contains is supported only once per array and without prefix items",
-                        "ignored",
-                    )
-            elif not (contains[0][1] == 0 and contains[0][2] is None):
-                return self.contains_expr(sh, contains[0], rest_parts, rest_expr, max_n, lay, cd)
+        counted = [c for c in contains if not (c[1] == 0 and c[2] is None)]  # minContains 0 alone: no constraint
+        if counted:
+            positions = [
+                [_Part(x) for p, r in zip(prefixes, rests) for x in ([p[i]] if i < len(p) else [r]) if x is not None]
+                for i in range(len(elements))
+            ]  # fmt: skip
+            return self.contains_expr(
+                sh, counted, positions, rest_parts if rest_expr is not None else None, max_n, lay, cd
+            )
         k = len(elements)
         tail: Expr | None = None
         if rest_expr is not None and (max_n is None or max_n > k):
@@ -359,81 +358,101 @@ class _ArrayRules:
         nonempty = None if not top else top[0] if len(top) == 1 else Alt(tuple(top))
         return self.bracketed(nonempty, may_end(0), lay.arr_open, lay.arr_close, lay.arr_empty, (at, "uniqueItems"))
 
-    def contains_expr(self, sh, contains, rest_parts, rest_expr, max_n, lay, cd) -> Expr:
-        c_ptr, min_c, max_c = contains
-        at = (c_ptr, "contains")
-        match = None
-        try:
-            match = self.conj(rest_parts + [_Part(c_ptr)], cd)
-        except _Unsatisfiable:
-            pass
-        if max_c is not None:
-            try:
-                negations = self.negate(c_ptr)
-            except _NotNegatable as exc:
-                self.refuse(c_ptr.rsplit("/", 1)[0] + "/maxContains", "maxContains", str(exc), "ignored")
-                max_c = None
-            else:
-                others = []
-                for d in negations:
-                    try:
-                        ref = self.conj(rest_parts + list(d), cd)
-                    except _Unsatisfiable:
-                        continue
-                    if ref not in others:
-                        others.append(ref)
-                other: Expr | None = None if not others else others[0] if len(others) == 1 else Alt(tuple(others))
-        if max_c is None:
-            other = rest_expr
-        if match is None:
-            if min_c > 0:
-                raise self.unsatisfiable("no item can satisfy contains", *at)
-        if max_n is None:
-            t_cap = max(sh.min_items, 1)
-        else:
-            t_cap = max_n
-        c_cap = min_c if max_c is None else max_c
-        if (t_cap + 1) * (c_cap + 1) > 2000:
-            self.refuse(c_ptr, "contains", "the item counts need too large an automaton", "ignored")
+    def contains_expr(
+        self, sh: _Shape, contains: list[tuple[str, int, int | None]], positions: list[list[_Part]],
+        rest: list[_Part] | None, max_n: int | None, lay: _Layout, cd,
+    ) -> Expr:  # fmt: skip
+        """Arrays with ``contains`` counts (each ``(pointer, minContains, maxContains)``), beside prefix items
+        (``positions``, the conjunction of each) and the items after them (``rest``; None: none): a small automaton
+        over the items, whose state is the position (up to where it no longer matters) and how many items so far
+        match each ``contains`` (up to its minimum, or up to its maximum when it has one). Each item is read as
+        one of its variants: its schema together with the ``contains`` schemas it is counted for and, for each
+        counted with a maximum that it is not counted for, the negation of that one (so those counts are exact;
+        a ``contains`` without a maximum may leave a match uncounted, which only ever counts too few)."""
+        for i, (c_ptr, low, high) in enumerate(contains):
+            if high is not None:
+                try:
+                    self.negate(c_ptr)
+                except _NotNegatable as exc:
+                    self.refuse(c_ptr.rsplit("/", 1)[0] + "/maxContains", "maxContains", str(exc), "ignored")
+                    contains[i] = (c_ptr, low, None)
+        m = len(contains)
+        caps = [low if high is None else high for _, low, high in contains]
+        k = len(positions)
+        t_cap = max_n if max_n is not None else max(sh.min_items, k, 1)
+        states = t_cap + 1
+        for cap in caps:
+            states *= cap + 1
+        at = (contains[0][0], "contains")
+        if states > MAX_CONTAINS_STATES or m > 3:
+            self.refuse(contains[0][0], "contains", "the item counts need too large an automaton", "ignored")
             return self.bracketed(None, True, lay.arr_open, lay.arr_close, lay.arr_empty, at)
-        index: dict[tuple[int, int], int] = {}
-        order: list[tuple[int, int]] = []
+        classes = positions + ([rest] if rest is not None else [])
+        # per position class and set of contains counted: the item's rule (None: no item is so)
+        variants: list[list[Expr | None]] = []
+        for parts in classes:
+            row: list[Expr | None] = []
+            for served in range(2**m):
+                extra = []
+                for j, (c_ptr, _, high) in enumerate(contains):
+                    if served >> j & 1:
+                        extra.append(_Part(c_ptr))
+                    elif high is not None:
+                        extra.append(_Part(self.doc.add_synthetic(c_ptr, {"not": {"$ptr": c_ptr}})))
+                try:
+                    row.append(self.conj(parts + extra, cd))
+                except _Unsatisfiable:
+                    row.append(None)
+            variants.append(row)
+        symbols: list[Expr] = []
+        symbol_of: dict[tuple[int, int, bool], int] = {}
+        for ci, row in enumerate(variants):
+            for served, ref in enumerate(row):
+                if ref is None:
+                    continue
+                for comma in (False, True):
+                    symbol_of[(ci, served, comma)] = len(symbols)
+                    symbols.append(Seq((lay.comma, ref)) if comma else ref)
+        index: dict[tuple[int, tuple[int, ...]], int] = {}
+        order: list[tuple[int, tuple[int, ...]]] = []
 
-        def state(t: int, c: int) -> int:
-            if (t, c) not in index:
-                index[(t, c)] = len(order)
-                order.append((t, c))
-            return index[(t, c)]
+        def state(t: int, counts: tuple[int, ...]) -> int:
+            if (t, counts) not in index:
+                index[(t, counts)] = len(order)
+                order.append((t, counts))
+            return index[(t, counts)]
 
-        state(0, 0)
+        state(0, (0,) * m)
         edges: list[list[tuple[int, int, int]]] = []
         accept: list[bool] = []
         i = 0
         while i < len(order):
-            t, c = order[i]
-            row = []
-            t2 = t + 1
-            if max_n is None:
-                t2 = min(t2, t_cap)
-            if max_n is None or t + 1 <= max_n:
-                first = 0 if t == 0 else 2
-                if other is not None:
-                    row.append((first, first, state(t2, c)))
-                if match is not None:
-                    c2 = c + 1 if max_c is not None else min(c + 1, c_cap)
-                    if max_c is None or c2 <= max_c:
-                        row.append((first + 1, first + 1, state(t2, c2)))
-            edges.append(row)
-            accept.append(t >= sh.min_items and c >= min_c)
+            t, counts = order[i]
             i += 1
-        dfa = _CDFA(edges, accept)
+            row_edges = []
+            ci = t if t < k else (k if rest is not None else None)
+            if ci is not None and (max_n is None or t + 1 <= max_n):
+                t2 = t + 1 if max_n is not None else min(t + 1, t_cap)
+                for served in range(2**m):
+                    sym = symbol_of.get((ci, served, t > 0))
+                    if sym is None:
+                        continue
+                    new = []
+                    for j, (_, low, high) in enumerate(contains):
+                        c = counts[j] + (served >> j & 1)
+                        new.append(c if high is not None else min(c, low))
+                    if any(high is not None and c > high for c, (_, _, high) in zip(new, contains)):
+                        continue
+                    row_edges.append((sym, sym, state(t2, tuple(new))))
+            row_edges.sort()
+            edges.append(row_edges)
+            accept.append(t >= sh.min_items and all(c >= low for c, (_, low, _) in zip(counts, contains)))
         empty_ok = accept[0]
-        dfa.accept[0] = False
-        dfa = dfa.minimized()
+        accept[0] = False
+        dfa = _CDFA(edges, accept).minimized()
         ast = None if dfa.is_empty() else dfa.to_ast()
-        symbols = [
-            other or Seq(()), match or Seq(()), Seq((lay.comma, other or Seq(()))), Seq((lay.comma, match or Seq(()))),
-        ]  # fmt: skip
+        if ast is None and not empty_ok:
+            raise self.unsatisfiable("no array satisfies the contains counts with the other item constraints", *at)
         nonempty = None if ast is None else _ast_to_expr(ast, symbols)
         return self.bracketed(nonempty, empty_ok, lay.arr_open, lay.arr_close, lay.arr_empty, at)
 

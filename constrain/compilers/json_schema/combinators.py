@@ -57,6 +57,8 @@ def _disjoint(a: dict, b: dict) -> bool:
 MAX_ONE_OF_COMBINATIONS = 128
 #: Most branches of a ``oneOf`` made exclusive by negation (each pair is tested for a common value).
 MAX_ONE_OF_BRANCHES = 32
+#: Most trial compiles (is this conjunction satisfiable?) making one ``oneOf`` exclusive may take.
+MAX_ONE_OF_PROBES = 4000
 
 #: The bound of a shape that the negation of a count keyword tightens: not ``minLength: n`` is ``maxLength: n - 1``.
 _NEGATED_COUNTS = {
@@ -283,6 +285,16 @@ class _Combinators:
         summaries = [self.summary(b) for b in branches]
         negations: dict[int, list[tuple[_Part, ...]]] = {}
         out: list[tuple[_Part, ...]] = []
+        probes = [0]
+
+        def holds(parts: tuple[_Part, ...]) -> bool:
+            probes[0] += 1
+            if probes[0] > MAX_ONE_OF_PROBES:
+                raise _NotNegatable(
+                    f"the oneOf branches need more than {MAX_ONE_OF_PROBES} trial compiles to be made exclusive"
+                )
+            return self.can_hold(parts)
+
         for i, b in enumerate(branches):
             # The alternatives for branch i, refined one overlapping branch j at a time: an alternative that already
             # excludes branch j stays as it is; another is split by the negation's alternatives that can hold in it.
@@ -299,10 +311,10 @@ class _Combinators:
                         ) from None
                 refined: list[tuple[_Part, ...]] = []
                 for term in terms:
-                    if not self.can_hold((*term, branches[j])):
+                    if not holds((*term, branches[j])):
                         refined.append(term)
                         continue
-                    refined.extend((*term, *d) for d in negations[j] if self.can_hold((*term, *d)))
+                    refined.extend((*term, *d) for d in negations[j] if holds((*term, *d)))
                     if len(out) + len(refined) > MAX_ONE_OF_COMBINATIONS:
                         raise _NotNegatable("the oneOf branches need too many exclusive combinations")
                 terms = refined

@@ -4,19 +4,23 @@ their rules.
 
 from __future__ import annotations
 
+from collections import deque
 from enum import Enum
 from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
+from numba import njit
 
 from constrain.automata.dfa import DEAD, ByteDFA
 from constrain.automata.limits import AUTOMATON_CACHE_BYTES, MAX_DFA_STATES, check_deadline
+from constrain.automata.minimize import _reduce, column_classes
 from constrain.cache import BoundedCache, memoized
 from constrain.compilers.json_schema.cdfa import _CDFA
 from constrain.compilers.json_schema.errors import _TooLarge
 from constrain.compilers.json_schema.formats import _FORMATS, _FORMATS_ENCODED
 from constrain.compilers.json_schema.keywords import _Shape
+from constrain.compilers.json_schema.regex_ast import _FULL, _merge_ranges
 from constrain.compilers.json_schema.values import _CHAR, _STRING, _json_string
 from constrain.errors import RegexError
 from constrain.grammar.ir import Alt, Automaton, Expr, Literal, Ref, Regex, Repeat, Seq
@@ -63,8 +67,9 @@ def _key_except_dfa(names: tuple[str, ...]) -> ByteDFA:
 #: mask time alike, its states far from the bound sharing their walks (measured on ``.+[@].+[.]___`` up to 200).
 MAX_COUNTED_BYTE_STATES = 4 * MAX_BYTE_STATES
 #: Most states of the byte-level product of a pattern with a character counter before it is minimised (its
-#: table is states x 256 int32, 32 MiB at this size).
-MAX_COUNTED_STATES = 1 << 15
+#: table is states x byte classes int32: a few dozen MiB at this size). Only the counts that can still end in range
+#: are made (see :func:`_counted_dfa`).
+MAX_COUNTED_STATES = 1 << 18
 
 
 def _escape_tracker() -> tuple[np.ndarray, np.ndarray]:
@@ -139,9 +144,12 @@ def _counted_dfa(d: _CDFA, lo: int, hi: int | None, quoted: bool = False) -> Byt
     with ``lo`` to ``hi`` code points (``hi=None``: at least ``lo``), as a minimal byte DFA.
 
     Built once at the byte level rather than as a product over code points written back as blocks: the body
-    automaton of ``d`` runs beside :data:`_TRACKER`, which says which bytes begin a character, and a counter
-    0..K (saturating at K when unbounded) is laid over the pairs as one numpy table; the numba minimiser then
-    folds it. Raises _TooLarge past :data:`MAX_COUNTED_STATES` states before minimising."""
+    automaton of ``d`` runs beside :data:`_TRACKER`, which says which bytes begin a character, and a count of the
+    characters read is kept beside the pairs (:func:`_count_walk`, over the byte classes the pairs tell apart).
+    Only the counts that can still end in range are kept: a pair from which every completion needs more
+    characters than are left is dead, and one from which no completion can pass ``hi`` (nor fall short of
+    ``lo``) forgets its count. The numba minimiser then folds it. Raises _TooLarge past
+    :data:`MAX_COUNTED_STATES` states before minimising."""
     body = d.encode_json().to_byte_dfa()
     track_next, track_starts = _TRACKER
     # the reachable (body state, tracker state) pairs, numbered from the start; a pair is coded e * 6 + t
@@ -157,33 +165,195 @@ def _counted_dfa(d: _CDFA, lo: int, hi: int | None, quoted: bool = False) -> Byt
                 index[code] = len(order)
                 order.append(divmod(code, 6))
             ids[j] = index[code] if code >= 0 else DEAD
-        rows.append(ids[where])
-    n = len(order)
-    k = hi if hi is not None else lo
-    if (k + 1) * n + 2 > MAX_COUNTED_STATES:
-        raise _TooLarge("counted product")
+        rows.append(ids[where.reshape(-1)])
     check_deadline()
     pairs = np.array(order, dtype=np.int32)
-    trans = np.stack(rows)
-    starts = track_starts[pairs[:, 1]]  # (n, 256)
-    counts = np.arange(k + 1, dtype=np.int32)[:, None, None] + starts[None]
-    if hi is None:
-        np.minimum(counts, k, out=counts)
-    first = 1 if quoted else 0  # a quoted automaton starts on a state of its own that reads the opening quote
-    ok = (trans[None] >= 0) & (counts <= k)
-    table = np.where(ok, first + counts * n + trans[None], DEAD).astype(np.int32).reshape(-1, 256)
-    final = (body.accepting[pairs[:, 0]][None] & (np.arange(k + 1) >= lo)[:, None]).reshape(-1)
-    if quoted:
+    trans = np.stack(rows).astype(np.int32)
+    starts = np.where(trans >= 0, track_starts[pairs[:, 1]], 0).astype(np.int32)  # (n, 256)
+    final = body.accepting[pairs[:, 0]].astype(np.bool_)
+    least, most = _remaining_chars(trans, starts, final)
+    # byte classes: the pairs' columns, with the quote a class of its own (it closes a quoted string)
+    marker = np.zeros((1, 256), dtype=np.int32)
+    marker[0, 0x22] = 1
+    reps, class_of = column_classes(np.ascontiguousarray(np.vstack([trans, starts, marker])))
+    ktrans = np.ascontiguousarray(trans[:, reps])
+    kstarts = np.ascontiguousarray(starts[:, reps])
+    table, accepting, status = _count_walk(
+        ktrans, kstarts, final, least, most, lo, -1 if hi is None else hi, MAX_COUNTED_STATES
+    )
+    if status:
+        raise _TooLarge("counted product")
+    check_deadline()
+    if quoted:  # a state of its own reads the opening quote; accepting states read the closing one
+        quote = int(class_of[0x22])
+        assert not (table[accepting, quote] >= 0).any()  # a body reads '"' only inside an escape
         total = table.shape[0] + 2
-        closed = np.full((total, 256), DEAD, dtype=np.int32)
-        closed[1:-1] = table
-        closed[0, 0x22] = 1
-        assert not (table[final, 0x22] >= 0).any()  # a body reads '"' only inside an escape, never where it ends
-        closed[1:-1][final, 0x22] = total - 1
+        closed = np.full((total, table.shape[1]), DEAD, dtype=np.int32)
+        closed[1:-1] = np.where(table >= 0, table + 1, DEAD)
+        closed[0, quote] = 1
+        closed[1:-1][accepting, quote] = total - 1
         accepting = np.zeros(total, dtype=np.bool_)
         accepting[-1] = True
-        table, final = closed, accepting
-    return ByteDFA(table, final).reduced()
+        table = closed
+    reduced, out_accepting = _reduce(table, accepting)
+    return ByteDFA(np.ascontiguousarray(reduced[:, class_of]), out_accepting)
+
+
+def _remaining_chars(trans: np.ndarray, starts: np.ndarray, final: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per pair: the fewest and the most characters a completion to acceptance still reads (-1: none can
+    complete; most -1 too when there is no bound)."""
+    n = trans.shape[0]
+    src, byte = np.nonzero(trans >= 0)
+    dst = trans[src, byte]
+    weight = starts[src, byte]
+    edges: dict[int, list[tuple[int, int]]] = {}  # into each pair: (from, weight)
+    for a, b, w in zip(src.tolist(), dst.tolist(), weight.tolist()):
+        edges.setdefault(b, []).append((a, w))
+    least = np.full(n, -1, dtype=np.int64)
+    # 0-1 breadth first search backwards from the accepting pairs
+    frontier = deque(np.flatnonzero(final).tolist())
+    for s in frontier:
+        least[s] = 0
+    while frontier:
+        b = frontier.popleft()
+        for a, w in edges.get(b, ()):
+            if least[a] < 0 or least[b] + w < least[a]:
+                least[a] = least[b] + w
+                if w:
+                    frontier.append(a)
+                else:
+                    frontier.appendleft(a)
+    live = least >= 0
+    # the most: unbounded from any pair that reaches a cycle among live pairs; else the longest path
+    succ: dict[int, set[int]] = {}
+    for a, b in zip(src.tolist(), dst.tolist()):
+        if live[a] and live[b]:
+            succ.setdefault(a, set()).add(b)
+    most = np.full(n, -2, dtype=np.int64)  # -2 unknown, -3 on the stack
+    weights = {(a, b): w for a, b, w in zip(src.tolist(), dst.tolist(), weight.tolist())}
+    for root in np.flatnonzero(live).tolist():
+        if most[root] != -2:
+            continue
+        stack = [(root, iter(succ.get(root, ())))]
+        most[root] = -3
+        while stack:
+            s, it = stack[-1]
+            child = next(it, None)
+            if child is None:
+                stack.pop()
+                best = 0 if final[s] else -4
+                unbounded = False
+                for c in succ.get(s, ()):
+                    if most[c] == -1:
+                        unbounded = True
+                    elif most[c] >= 0:
+                        best = max(best, most[c] + weights[(s, c)])
+                most[s] = -1 if unbounded else best
+                continue
+            if most[child] == -3:  # a cycle: every pair on the stack is unbounded
+                for t, _ in stack:
+                    most[t] = -1
+                continue
+            if most[child] == -2:
+                most[child] = -3
+                stack.append((child, iter(succ.get(child, ()))))
+    most[~live] = -1
+    return least, most
+
+
+@njit(cache=True)
+def _count_walk(trans, starts, final, least, most, lo, hi, max_states):
+    """``(table, accepting, status)``: the reachable (pair, count) states of a pair automaton (``trans`` over byte
+    classes, ``starts`` 1 where a class begins a character) with a count of characters, numbered breadth first.
+    With ``hi`` >= 0: a count past ``hi``, or one that cannot complete without passing it (``least``), is dead,
+    and one that can no longer pass it nor fall short of ``lo`` (``most``) becomes ``hi + 1``, free. With
+    ``hi`` -1: the count saturates at ``lo``. ``status`` 1 past ``max_states`` states."""
+    n, k = trans.shape
+    free = hi + 1 if hi >= 0 else lo
+    width = np.int64(free + 1)
+    size = 1024
+    slots = np.full(size, -1, dtype=np.int64)
+    values = np.empty(size, dtype=np.int32)
+    cap = 64
+    pair_of = np.empty(cap, dtype=np.int32)
+    count_of = np.empty(cap, dtype=np.int32)
+    table = np.empty((cap, k), dtype=np.int32)
+    c0 = 0
+    if hi >= 0 and most[0] >= 0 and lo <= 0 and most[0] <= hi:
+        c0 = free
+    pair_of[0] = 0
+    count_of[0] = c0
+    key = np.int64(0) * width + c0
+    slot = (key * np.int64(0x9E3779B1)) & (size - 1)
+    slots[slot] = key
+    values[slot] = 0
+    count = 1
+    head = 0
+    while head < count:
+        p = pair_of[head]
+        c = count_of[head]
+        for j in range(k):
+            q = trans[p, j]
+            if q < 0 or least[q] < 0:
+                table[head, j] = -1
+                continue
+            c2 = c
+            if hi >= 0:
+                if c != free:
+                    c2 = c + starts[p, j]
+                    if c2 > hi or c2 + least[q] > hi:
+                        table[head, j] = -1
+                        continue
+                    if most[q] >= 0 and c2 >= lo and c2 + most[q] <= hi:
+                        c2 = free
+            else:
+                c2 = min(c + starts[p, j], lo)
+            key = np.int64(q) * width + c2
+            slot = (key * np.int64(0x9E3779B1)) & (size - 1)
+            found = -1
+            while slots[slot] >= 0:
+                if slots[slot] == key:
+                    found = values[slot]
+                    break
+                slot = (slot + 1) & (size - 1)
+            if found < 0:
+                if count >= max_states:
+                    return table[:0], np.zeros(0, dtype=np.bool_), 1
+                found = count
+                slots[slot] = key
+                values[slot] = found
+                if count == cap:
+                    cap *= 2
+                    grown_p = np.empty(cap, dtype=np.int32)
+                    grown_c = np.empty(cap, dtype=np.int32)
+                    grown_p[:count] = pair_of[:count]
+                    grown_c[:count] = count_of[:count]
+                    pair_of, count_of = grown_p, grown_c
+                    grown = np.empty((cap, k), dtype=np.int32)
+                    grown[:count] = table[:count]
+                    table = grown
+                pair_of[count] = q
+                count_of[count] = c2
+                count += 1
+                if 2 * count > size:
+                    size *= 2
+                    old_slots, old_values = slots, values
+                    slots = np.full(size, -1, dtype=np.int64)
+                    values = np.empty(size, dtype=np.int32)
+                    for i in range(old_slots.shape[0]):
+                        if old_slots[i] >= 0:
+                            s = (old_slots[i] * np.int64(0x9E3779B1)) & (size - 1)
+                            while slots[s] >= 0:
+                                s = (s + 1) & (size - 1)
+                            slots[s] = old_slots[i]
+                            values[s] = old_values[i]
+            table[head, j] = found
+        head += 1
+    accepting = np.zeros(count, dtype=np.bool_)
+    for i in range(count):
+        c = count_of[i]
+        accepting[i] = final[pair_of[i]] and (c == free or (c >= lo and (hi < 0 or c <= hi)))
+    return table[:count].copy(), accepting, 0
 
 
 class _StringKey(NamedTuple):
@@ -204,6 +374,7 @@ class _StringOutcome(Enum):
     EMPTY_AT_LENGTHS = "no string of the allowed lengths does"
     TOO_LARGE = "the constraints need too large an automaton"
     NEEDS_BLOCKS = "with the length bound, one automaton would be too large"
+    ANY_TEXT = "the patterns and formats allow every string: only the lengths constrain it"
 
 
 @memoized(AUTOMATON_CACHE_BYTES, lambda d, pattern: _cdfa_bytes(d) + len(pattern))
@@ -261,6 +432,8 @@ def _build_string_automaton(key: _StringKey, lo: int, hi: int | None) -> Automat
         return _StringOutcome.TOO_LARGE
     if d.is_empty():
         return _StringOutcome.EMPTY
+    if _is_universal(d):  # a pattern any string has somewhere, such as "([0-9a-z]+)?"
+        return _StringOutcome.ANY_TEXT
     if lo > 0 or hi is not None:
         shortest, longest = d.length_range()
         if shortest >= lo and (hi is None or (longest is not None and longest <= hi)):
@@ -278,6 +451,14 @@ def _build_string_automaton(key: _StringKey, lo: int, hi: int | None) -> Automat
         return _automaton_of(d.encode_json().minimized(), quoted=True)
     except _TooLarge:
         return _StringOutcome.TOO_LARGE
+
+
+_FULL_RANGES = _merge_ranges(_FULL)
+
+
+def _is_universal(d: _CDFA) -> bool:
+    """Whether the minimal ``d`` accepts every string."""
+    return d.n == 1 and bool(d.accept[0]) and _merge_ranges([(lo, hi) for lo, hi, _ in d.edges[0]]) == _FULL_RANGES
 
 
 def _automaton_of(d: _CDFA, quoted: bool = False, budget: int = MAX_BYTE_STATES) -> Automaton:
@@ -336,6 +517,9 @@ class _StringRules:
         key = self.string_key(sh)
         found = _string_automaton(key, sh.min_len, sh.max_len)
         length_at = sh.max_len_at if sh.max_len is not None else sh.min_len_at
+        if found is _StringOutcome.ANY_TEXT:
+            lo, hi = self.countable_lengths(sh)
+            return self.shared("json_string") if lo == 0 and hi is None else self.length_expr(lo, hi)
         if found is _StringOutcome.EMPTY:
             raise self.unsatisfiable("no string satisfies the pattern/format constraints together", *self.string_at(sh))
         if found is _StringOutcome.EMPTY_AT_LENGTHS:
