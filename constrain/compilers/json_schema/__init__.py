@@ -38,20 +38,30 @@ define), ``propertyNames`` (string constraints or enums), ``minProperties``/``ma
 ``allOf`` and ``$ref`` (merged: kinds intersected, bounds tightened, properties and requirements combined, per
 schema object for ``additionalProperties``); ``anyOf``; ``oneOf`` when its branches are provably disjoint
 (kinds, const/enum values, a required discriminator with disjoint values, a required name another closed branch
-forbids), when split by kind of value each kind has at most one branch that always holds, or when every branch
-can be made exclusive by negating the others; ``not`` of anything built from ``type``, ``enum``/``const`` of
-scalars, single-keyword constraints (bounds, lengths, ``pattern``, ``format``, ``required``, item and property
-counts), ``properties``/``items``/``prefixItems``/``contains`` (rewritten positively), ``allOf``/``anyOf``/
-``not``/``if``; ``if``/``then``/``else`` when ``if`` can be negated so; ``$ref`` with JSON pointers (``~0 ~1``,
-percent-encoding), ``$anchor``, ``$id``-based URIs inside the document, ``$defs``/``definitions``, recursion;
+forbids), when split by kind of value each kind has at most one branch that always holds, or when the branches
+that overlap can be made exclusive (each branch with the negation of every branch it may overlap, each negation
+kept to the alternatives that can hold beside it: :meth:`~.combinators._Combinators.exclusive_one_of`, within
+:data:`~.combinators.MAX_ONE_OF_COMBINATIONS` alternatives); ``not`` of anything built from ``type``,
+``enum``/``const`` of scalars, single-keyword constraints (bounds, lengths, ``pattern``, ``format``,
+``required``, item and property counts), ``properties``/``items``/``prefixItems``/``contains`` (rewritten
+positively), ``patternProperties``/``propertyNames``/``additionalProperties`` (an object must hold a member that
+witnesses each negation: :meth:`~.objects._ObjectRules.witnessed_members`, at most
+:data:`~.objects.MAX_WITNESSES` per object), ``oneOf`` (no branch, or two), the dependent keywords,
+``allOf``/``anyOf``/``not``/``if``; ``if``/``then``/``else`` when ``if`` can be negated so; ``$ref`` with
+JSON pointers (``~0 ~1``, percent-encoding), ``$anchor``, ``$id``-based URIs inside the document,
+``$defs``/``definitions``, recursion;
 ``$dynamicRef``/``$recursiveRef`` that resolve statically; ``items``, ``prefixItems``, draft-07 ``items`` lists
-with ``additionalItems``, ``minItems``/``maxItems``; ``contains`` with ``minContains``/``maxContains`` (arrays
-without a prefix: counted by a small automaton over "matching / other" items); ``minLength``/``maxLength``
-(code points; long bounds as blocks of fixed-length rules); ``pattern`` (ECMAScript search semantics: each
-top-level alternative anchored only by its own ``^``/``$``; the regex subset of :mod:`constrain.automata.regex`:
-``\d \w \s`` ASCII, ``.`` any character but ``\n``; together with a length bound, one byte automaton that
-counts characters beside the pattern's (:func:`~constrain.compilers.json_schema.strings._counted_dfa`), or when
-that is too large, blocks of a fixed number of characters, one rule per pattern state and block count);
+with ``additionalItems``, ``minItems``/``maxItems``; ``contains`` with ``minContains``/``maxContains`` (up to 3
+on one array, beside prefix items too: counted by a small automaton over the items, each read as a variant
+counted for the ``contains`` it matches); ``minLength``/``maxLength`` (code points; long bounds as blocks of
+fixed-length rules); ``pattern`` (ECMAScript search semantics: each top-level alternative anchored only by its
+own ``^``/``$``; the regex subset of :mod:`constrain.automata.regex`: ``\d \w \s`` ASCII, ``.`` any character
+but ``\n``, lookahead ``(?=...)``/``(?!...)`` anywhere, built exactly within
+:data:`~constrain.automata.regex.MAX_LOOKAROUND_STATES`; together with a length bound, one byte automaton that
+counts characters beside the pattern's, only the counts that can still end in range
+(:func:`~constrain.compilers.json_schema.strings._counted_dfa`), or when that is too large, blocks of a fixed
+number of characters, one rule per pattern state and block count; a pattern every string satisfies leaves only
+the length bound);
 ``minimum``/``maximum``/``exclusiveMinimum``/``exclusiveMaximum`` (digit by digit on both sides of the point;
 draft-04 boolean exclusives too);
 ``multipleOf`` (integer or decimal: a remainder automaton for moduli ``M / 10**k`` with ``M`` up to
@@ -68,15 +78,19 @@ IDNA A-labels), ``uri``/``uri-reference`` (RFC 3986, no IPvFuture), ``uri-templa
 format regex never accepts an invalid value. ``idn-email``, ``idn-hostname``, ``iri``, ``iri-reference``,
 ``regex`` are refused (lenient: ignored); unknown formats are annotations and ignored.
 
-``uniqueItems`` is exact when at most one item is possible or the items come from an enum of at most
-:data:`MAX_UNIQUE_ENUM` values (one rule per set of values used).
+``uniqueItems`` is exact when at most one item is possible or every item comes from a finite set of values, at
+most :data:`MAX_UNIQUE_ENUM` in all: an enum or const, booleans, ``null``, the integers of a bounded range, or an
+``anyOf``/``oneOf`` of these, each value checked against the whole item schema (prefix items may each have their
+own set; ``contains`` counts are exact over the values used): one rule per set of values used so far, at most
+:data:`MAX_UNIQUE_SETS`.
 
 Refused in strict mode, relaxed in lenient mode (each relaxation listed): other ``uniqueItems: true``
 (dropped); ``oneOf`` not shown exact (treated as ``anyOf``); ``not``/``if`` that cannot be negated (ignored);
-``contains`` beside prefix items, several ``contains``, ``maxContains`` whose schema cannot be negated,
-``unevaluatedItems`` beside ``contains`` (ignored); unsupported regex constructs and formats (ignored);
+more than 3 ``contains`` on one array, ``maxContains`` whose schema cannot be negated, ``unevaluatedItems``
+beside ``contains`` (ignored); unsupported regex constructs and formats (ignored);
 ``multipleOf`` with a large modulus, a pattern/format together with a length bound whose exact combination
-needs too large an automaton, counts of many optional properties, too many ``patternProperties`` (the keyword
+needs too large an automaton (a word count beside a character count, ``format: uri`` with ``maxLength: 255``), a
+lookahead pattern past its bounds, counts of many optional properties, too many ``patternProperties`` (the keyword
 ignored or, for keys, additional properties not produced); ``minProperties`` that repeated additional keys could
 fake (kept); ``$dynamicRef``/``$recursiveRef`` with a dynamic scope (resolved statically); keywords of another
 draft that this draft's validator ignores, e.g. ``dependencies`` in a schema declaring 2020-12, and the draft-03
@@ -94,7 +108,9 @@ ends). Unsatisfiable parts that are optional (an anyOf branch, an optional prope
 
 Known limits: the property order is fixed (a valid object whose keys come in another order is not produced);
 additional-property keys may repeat (a grammar cannot remember unbounded key sets; ``minProperties`` that only
-repeated keys could meet is refused); ``\d``/``\w``/``\s`` are ASCII as in ECMAScript, whereas Python's ``re``
+repeated keys could meet is refused; a repeated additional key may be the witness of a negated
+``patternProperties`` or ``additionalProperties``: a text with a repeated name has no defined value);
+``\d``/``\w``/``\s`` are ASCII as in ECMAScript, whereas Python's ``re``
 (what jsonschema uses) also matches other Unicode digits/letters/spaces, so a negated class such as ``\D`` allows
 a few characters that jsonschema would reject; formats are asserted (also on enum values of the same schema),
 while jsonschema treats most of them as annotations.
@@ -113,8 +129,9 @@ The package, by concern (imports point one way: from the core to the concerns, t
   their rendering), :mod:`.values` (JSON values and lexical pieces) and :mod:`.errors`.
 """
 
-from constrain.compilers.json_schema.arrays import MAX_UNIQUE_ENUM
+from constrain.compilers.json_schema.arrays import MAX_CONTAINS_STATES, MAX_UNIQUE_ENUM, MAX_UNIQUE_SETS
 from constrain.compilers.json_schema.cdfa import MAX_AUTOMATON_STATES, MAX_REGEX_CHARS
+from constrain.compilers.json_schema.combinators import MAX_ONE_OF_COMBINATIONS
 from constrain.compilers.json_schema.compiler import (
     DEFAULT_TIME_LIMIT,
     MAX_RULES,
@@ -123,7 +140,7 @@ from constrain.compilers.json_schema.compiler import (
 )
 from constrain.compilers.json_schema.layout import MAX_INDENT_DEPTH
 from constrain.compilers.json_schema.numbers import MAX_ENUMERATED_MULTIPLES, MAX_MODULUS
-from constrain.compilers.json_schema.objects import MAX_PATTERN_PROPERTIES
+from constrain.compilers.json_schema.objects import MAX_PATTERN_PROPERTIES, MAX_WITNESSES
 from constrain.compilers.json_schema.strings import (
     LENGTH_BLOCK,
     LENGTH_BLOCK_THRESHOLD,
@@ -139,15 +156,19 @@ __all__ = [
     "LENGTH_BLOCK_THRESHOLD",
     "MAX_AUTOMATON_STATES",
     "MAX_BYTE_STATES",
+    "MAX_CONTAINS_STATES",
     "MAX_COUNTED_BYTE_STATES",
     "MAX_COUNTED_STATES",
     "MAX_ENUMERATED_MULTIPLES",
     "MAX_INDENT_DEPTH",
     "MAX_MODULUS",
+    "MAX_ONE_OF_COMBINATIONS",
     "MAX_PATTERN_PROPERTIES",
     "MAX_REGEX_CHARS",
     "MAX_RULES",
     "MAX_UNIQUE_ENUM",
+    "MAX_UNIQUE_SETS",
+    "MAX_WITNESSES",
     "JsonSchemaError",
     "compile_json_schema",
     "schema_to_grammar",
