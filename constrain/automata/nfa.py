@@ -127,43 +127,60 @@ class ByteNFA:
         accept, so equivalent subsets meet. One kernel call does it all when one slice of work finishes the
         subset construction (almost every rule); a larger automaton is built again in slices, with the time limit
         checked in between. ``work_per_slice`` (states visited) defaults to a few milliseconds' worth."""
-        work_per_slice = _WORK_PER_SLICE if work_per_slice is None else work_per_slice
-        n = self.size
-        begin = end = _NO_PAIRS
-        if self._markers:
-            markers = np.array(self._markers, dtype=np.int32).reshape(-1, 3)
-            begin = np.ascontiguousarray(markers[markers[:, 1] == BEGIN][:, [0, 2]])
-            end = np.ascontiguousarray(markers[markers[:, 1] == END][:, [0, 2]])
-        byte_flat = np.array(self._bytes, dtype=np.int32)
-        eps_flat = np.array(self._epsilon, dtype=np.int32)
-        call_flat = np.array(self._calls, dtype=np.int32)
-        check_deadline()
-        status, finished, trans, accepting, calls, used = _determinize_in_one_slice(
-            byte_flat, eps_flat, call_flat, begin, end, n, start, accept, work_per_slice, MAX_DFA_STATES,
-            MAX_SUBSET_MEMBERS,
+        markers = np.array(self._markers, dtype=np.int32) if self._markers else None
+        return determinize_arrays(
+            np.array(self._bytes, dtype=np.int32), np.array(self._epsilon, dtype=np.int32),
+            np.array(self._calls, dtype=np.int32), markers, self.size, start, accept, work_per_slice=work_per_slice,
         )  # fmt: skip
-        if not finished and not status:  # a large automaton: again, in slices with the time limit between them
-            nfa = _index_nfa(byte_flat, eps_flat, call_flat, begin, end, n, accept)
-            byte_class, num_classes, num_rules = nfa[-3:]
-            work = _new_work(64, num_classes, num_rules)
-            done, count = 0, 0
-            while not status:
-                check_deadline()
-                work, done, count, status = _subset_construction(
-                    start, *nfa[:-3], work, done, count, work_per_slice, MAX_DFA_STATES, MAX_SUBSET_MEMBERS
-                )
-                if done == count:
-                    break
-            if not status:
-                trans, accepting, calls, used = _reduced_subsets(work[3], work[4], work[5], count, byte_class)
-        if status == 1:
-            raise AutomatonTooLarge(f"the automaton needs more than {MAX_DFA_STATES:,} DFA states")
-        if status:
-            raise AutomatonTooLarge(
-                f"the automaton's subset construction needs more than {MAX_SUBSET_MEMBERS:,} NFA states in all its "
-                "subsets (each DFA state stands for many NFA states)"
+
+
+def determinize_arrays(
+    byte_flat: np.ndarray,
+    eps_flat: np.ndarray,
+    call_flat: np.ndarray,
+    markers: np.ndarray | None,
+    n: int,
+    start: int,
+    accept: int,
+    *,
+    work_per_slice: int | None = None,
+) -> ByteDFA:
+    """:meth:`ByteNFA.determinize` of an NFA given as flat int32 edge arrays (``src, lo, hi, dst`` per byte edge,
+    ``src, dst`` per epsilon, ``src, rule, dst`` per call, ``src, marker, dst`` per anchor marker or None) over
+    ``n`` states: what an automaton built by a kernel rather than by :class:`ByteNFA` hands over."""
+    work_per_slice = _WORK_PER_SLICE if work_per_slice is None else work_per_slice
+    begin = end = _NO_PAIRS
+    if markers is not None and len(markers):
+        markers = markers.reshape(-1, 3)
+        begin = np.ascontiguousarray(markers[markers[:, 1] == BEGIN][:, [0, 2]])
+        end = np.ascontiguousarray(markers[markers[:, 1] == END][:, [0, 2]])
+    check_deadline()
+    status, finished, trans, accepting, calls, used = _determinize_in_one_slice(
+        byte_flat, eps_flat, call_flat, begin, end, n, start, accept, work_per_slice, MAX_DFA_STATES,
+        MAX_SUBSET_MEMBERS,
+    )  # fmt: skip
+    if not finished and not status:  # a large automaton: again, in slices with the time limit between them
+        nfa = _index_nfa(byte_flat, eps_flat, call_flat, begin, end, n, accept)
+        byte_class, num_classes, num_rules = nfa[-3:]
+        work = _new_work(64, num_classes, num_rules)
+        done, count = 0, 0
+        while not status:
+            check_deadline()
+            work, done, count, status = _subset_construction(
+                start, *nfa[:-3], work, done, count, work_per_slice, MAX_DFA_STATES, MAX_SUBSET_MEMBERS
             )
-        return ByteDFA(trans, accepting, calls, tuple(used.tolist()))
+            if done == count:
+                break
+        if not status:
+            trans, accepting, calls, used = _reduced_subsets(work[3], work[4], work[5], count, byte_class)
+    if status == 1:
+        raise AutomatonTooLarge(f"the automaton needs more than {MAX_DFA_STATES:,} DFA states")
+    if status:
+        raise AutomatonTooLarge(
+            f"the automaton's subset construction needs more than {MAX_SUBSET_MEMBERS:,} NFA states in all its "
+            "subsets (each DFA state stands for many NFA states)"
+        )
+    return ByteDFA(trans, accepting, calls, tuple(used.tolist()))
 
 
 def compile_kernels() -> None:

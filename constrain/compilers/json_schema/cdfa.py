@@ -4,19 +4,23 @@ difference), minimised, escaped as JSON string bodies, and written back as regex
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
 from collections import defaultdict
+from itertools import chain
 
 import numpy as np
+from numba import njit
 
 from constrain.automata.dfa import ByteDFA
-from constrain.automata.limits import check_deadline
+from constrain.automata.limits import MAX_NFA_STATES, check_deadline
 from constrain.automata.minimize import column_classes, partial_dfa_blocks
-from constrain.automata.nfa import ByteNFA
+from constrain.automata.nfa import determinize_arrays
 from constrain.automata.regex import regex_to_dfa
 from constrain.compilers.json_schema.errors import _check_time, _TooLarge
 from constrain.compilers.json_schema.regex_ast import _EPS, _FULL, _merge_ranges, _r_alt, _r_cat, _r_set, _r_star
 from constrain.errors import AutomatonTooLarge, RegexError
+
+# Automata here are immutable once made: an operation's result keeps flat arrays (see :class:`_CDFA`), and its
+# lists of tuples, when read, are a copy of them that nothing may change.
 
 #: Largest regex text written for one derived string/number language (characters).
 MAX_REGEX_CHARS = 60_000
@@ -37,17 +41,63 @@ _SPECIALS = [cp for cp in range(0x5D) if cp < 0x20 or cp in (0x22, 0x5C)]
 class _CDFA:
     """A DFA over Unicode code points (or small symbol alphabets): ``edges[s]`` are sorted disjoint
     ``(lo, hi, target)``; state 0 is the start. Used to combine string and number constraints exactly
-    (intersection, difference, escaping) before writing the result back as a regex."""
+    (intersection, difference, escaping) before writing the result back as a regex or a byte DFA.
 
-    __slots__ = ("edges", "accept")
+    The operations (:meth:`intersect`, :meth:`minus`, :meth:`minimized`, :meth:`encode_json`,
+    :meth:`to_byte_dfa`) are numba kernels over flat arrays (``ptr, lo, hi, to, acc``): a result holds only
+    those, and its ``edges`` and ``accept`` lists are written out the first time something reads them. An
+    automaton made from lists is read into arrays by each operation (its lists may still be changed until then:
+    a builder may set ``accept`` after making it)."""
+
+    __slots__ = ("_edges", "_accept", "_flat")
 
     def __init__(self, edges: list[list[tuple[int, int, int]]], accept: list[bool]):
-        self.edges = edges
-        self.accept = accept
+        self._edges = edges
+        self._accept = accept
+        self._flat: tuple | None = None
+
+    @classmethod
+    def _of_flat(cls, flat: tuple) -> _CDFA:
+        d = cls.__new__(cls)
+        d._edges = d._accept = None
+        d._flat = flat
+        return d
+
+    @property
+    def edges(self) -> list[list[tuple[int, int, int]]]:
+        if self._edges is None:
+            self._write_out()
+        return self._edges
+
+    @property
+    def accept(self) -> list[bool]:
+        if self._accept is None:
+            self._write_out()
+        return self._accept
+
+    def _write_out(self) -> None:
+        ptr, lo, hi, to, acc = self._flat
+        bounds, lo, hi, to = ptr.tolist(), lo.tolist(), hi.tolist(), to.tolist()
+        self._edges = [list(zip(lo[a:b], hi[a:b], to[a:b])) for a, b in zip(bounds, bounds[1:])]
+        self._accept = acc.tolist()
+
+    def flat(self) -> tuple:
+        """``(ptr, lo, hi, to, acc)``: kept for a result, read from the lists each time otherwise."""
+        if self._flat is not None:
+            return self._flat
+        edges, accept = self._edges, self._accept
+        ptr = np.zeros(len(accept) + 1, dtype=np.int64)
+        np.cumsum([len(row) for row in edges], out=ptr[1:])
+        flat = np.fromiter(chain.from_iterable(chain.from_iterable(edges)), dtype=np.int64, count=3 * int(ptr[-1]))
+        flat = flat.reshape(-1, 3)
+        return (
+            ptr, np.ascontiguousarray(flat[:, 0]), np.ascontiguousarray(flat[:, 1]),
+            np.ascontiguousarray(flat[:, 2]), np.array(accept, dtype=np.bool_),
+        )  # fmt: skip
 
     @property
     def n(self) -> int:
-        return len(self.accept)
+        return len(self._accept) if self._accept is not None else int(self._flat[4].shape[0])
 
     @staticmethod
     def empty() -> _CDFA:
@@ -99,6 +149,9 @@ class _CDFA:
         return _cdfa_from_bytes(dfa.trans, dfa.accepting)
 
     def is_empty(self) -> bool:
+        if self._flat is not None:
+            ptr, _, _, to, acc = self._flat
+            return bool(_is_empty_flat(ptr, to, acc))
         seen, stack = {0}, [0]
         while stack:
             s = stack.pop()
@@ -196,76 +249,23 @@ class _CDFA:
         return _CDFA(edges, accept)
 
     def encode_json(self) -> _CDFA:
-        """The language of canonical JSON string bodies whose decoded text this DFA accepts."""
-        edges: list[list[tuple[int, int, int]]] = []
-        accept = list(self.accept)
-        extra: list[dict] = []
-        n = self.n
-        tries: dict[int, int] = {}
-        for s in range(n):
-            out = []
-            for lo, hi, t in self.edges[s]:
-                # plain parts
-                for a, b in _subtract_specials(lo, hi):
-                    out.append((a, b, t))
-                for cp in _SPECIALS[bisect_left(_SPECIALS, lo) : bisect_right(_SPECIALS, hi)]:
-                    esc = _escape_of(cp)
-                    node = tries.get(s)
-                    if node is None:
-                        node = tries[s] = n + len(extra)
-                        extra.append({})
-                        out.append((0x5C, 0x5C, node))
-                    for i, ch in enumerate(esc[1:]):
-                        table = extra[node - n]
-                        if i == len(esc) - 2:
-                            table[ord(ch)] = t
-                        else:
-                            nxt = table.get(ord(ch))
-                            if nxt is None:
-                                nxt = n + len(extra)
-                                extra.append({})
-                                table[ord(ch)] = nxt
-                            node = nxt
-            out.sort()
-            edges.append(out)
-        for table in extra:
-            edges.append([(cp, cp, t) for cp, t in sorted(table.items())])
-            accept.append(False)
-        return _CDFA(edges, accept)
+        """The language of canonical JSON string bodies whose decoded text this DFA accepts: each state reads the
+        characters a string may hold as they are, and a backslash into a trie of the escapes of the others (its
+        states numbered after every state of this DFA)."""
+        return _CDFA._of_flat(_encode_json_flat(*self.flat(), _SPECIAL_CODES, _IS_SPECIAL))
 
     def to_ast(self, budget: int = MAX_REGEX_CHARS) -> tuple | None:
         return _eliminate(self, budget)
 
     def to_byte_dfa(self, quoted: bool = False) -> ByteDFA:
         """The same language over UTF-8 bytes (between double quotes when ``quoted``), trimmed and minimised."""
-        nfa = ByteNFA()
-        states = [nfa.new_state() for _ in range(self.n)]
-        accept = nfa.new_state()
-        start = states[0]
-        if quoted:
-            start = nfa.new_state()
-            nfa.add_bytes(start, 0x22, 0x22, states[0])
-        for s, edges in enumerate(self.edges):
-            by_target: dict[int, list[tuple[int, int]]] = defaultdict(list)
-            for lo, hi, t in edges:
-                by_target[t].append((lo, hi))
-            for t, ranges in by_target.items():
-                nfa.add_code_points(states[s], _merge_ranges(ranges), states[t])
-            if self.accept[s]:
-                if quoted:
-                    nfa.add_bytes(states[s], 0x22, 0x22, accept)
-                else:
-                    nfa.add_epsilon(states[s], accept)
-        return nfa.determinize(start, accept)
+        edges, eps, size, start, accept = _byte_nfa_flat(*self.flat(), quoted)
+        if size > MAX_NFA_STATES:
+            raise AutomatonTooLarge(f"the automaton needs more than {MAX_NFA_STATES:,} NFA states")
+        return determinize_arrays(edges, eps, _NO_CALLS, None, size, start, accept)
 
 
-def _subtract_specials(lo: int, hi: int) -> list[tuple[int, int]]:
-    out = []
-    for a, b in ((0x20, 0x21), (0x23, 0x5B), (0x5D, 0x10FFFF)):
-        x, y = max(lo, a), min(hi, b)
-        if x <= y:
-            out.append((x, y))
-    return out
+_NO_CALLS = np.zeros(0, dtype=np.int32)
 
 
 def _runs(row: np.ndarray, first: int) -> list[tuple[int, int, int]]:
@@ -349,121 +349,21 @@ def _merge_edges(edges: list[tuple[int, int, int]]) -> list[tuple[int, int, int]
 
 
 def _product(a: _CDFA, b: _CDFA, minus: bool) -> _CDFA:
-    index = {(0, 0): 0}
-    order = [(0, 0)]
-    edges: list[list[tuple[int, int, int]]] = []
-    accept: list[bool] = []
-    i = 0
-    while i < len(order):
-        sa, sb = order[i]
-        if len(order) > MAX_AUTOMATON_STATES * 4:
-            raise _TooLarge("product automaton")
-        if i % 256 == 0:
-            _check_time()
-        eb = b.edges[sb] if sb >= 0 else []
-        out = []
-        j = 0
-        for lo, hi, ta in a.edges[sa]:
-            pos = lo
-            while j < len(eb) and eb[j][1] < lo:
-                j += 1
-            k = j
-            while k < len(eb) and eb[k][0] <= hi:
-                blo, bhi, tb = eb[k]
-                if minus and blo > pos:
-                    out.append((pos, blo - 1, (ta, -1)))
-                x, y = max(lo, blo), min(hi, bhi)
-                if x <= y:
-                    out.append((x, y, (ta, tb)))
-                pos = max(pos, bhi + 1)
-                if bhi > hi:
-                    break
-                k += 1
-            if minus and pos <= hi:
-                out.append((pos, hi, (ta, -1)))
-        row = []
-        for lo, hi, pair in out:
-            t = index.get(pair)
-            if t is None:
-                t = index[pair] = len(order)
-                order.append(pair)
-            row.append((lo, hi, t))
-        edges.append(_merge_edges(row))
-        acc_b = sb >= 0 and b.accept[sb]
-        accept.append(a.accept[sa] and (not acc_b if minus else acc_b))
-        i += 1
-    return _CDFA(edges, accept)
+    """Pairs of states of ``a`` and ``b`` reached from the start: both accept (intersection), or ``a`` accepts
+    and ``b`` does not (difference, where a pair may be outside ``b``). _TooLarge past 4 x
+    :data:`MAX_AUTOMATON_STATES` pairs."""
+    _check_time()
+    status, *flat = _product_flat(*a.flat(), *b.flat(), minus, MAX_AUTOMATON_STATES * 4)
+    if status:
+        raise _TooLarge("product automaton")
+    _check_time()
+    return _CDFA._of_flat(tuple(flat))
 
 
 def _minimize(d: _CDFA) -> _CDFA:
-    # reachable from the start
-    seen = {0}
-    stack = [0]
-    while stack:
-        s = stack.pop()
-        for _, _, t in d.edges[s]:
-            if t not in seen:
-                seen.add(t)
-                stack.append(t)
-    # co-reachable
-    rev: dict[int, list[int]] = defaultdict(list)
-    for s in seen:
-        for _, _, t in d.edges[s]:
-            rev[t].append(s)
-    alive = {s for s in seen if d.accept[s]}
-    stack = list(alive)
-    while stack:
-        s = stack.pop()
-        for p in rev[s]:
-            if p not in alive:
-                alive.add(p)
-                stack.append(p)
-    if 0 not in alive:
-        return _CDFA.empty()
-    states = sorted(alive)
-    pos = {s: i for i, s in enumerate(states)}
-    bounds = sorted(
-        {lo for s in states for lo, _, t in d.edges[s] if t in alive}
-        | {hi + 1 for s in states for _, hi, t in d.edges[s] if t in alive}
-    )
-    m = max(len(bounds) - 1, 0)
-    rows = [[-1] * max(m, 1) for _ in states]  # lists: slice assignment in numpy costs a microsecond per edge
-    for s in states:
-        row = rows[pos[s]]
-        for lo, hi, t in d.edges[s]:
-            if t in alive:
-                a = bisect_right(bounds, lo) - 1
-                b = bisect_right(bounds, hi + 1) - 1
-                row[a:b] = [pos[t]] * (b - a)
+    """The trimmed minimal automaton of ``d``, numbered breadth first with edges read in order."""
     check_deadline()
-    table = np.array(rows, dtype=np.int32)
-    columns = np.ascontiguousarray(table[:, column_classes(table)[0]])  # identical columns refine alike
-    block_of = partial_dfa_blocks(columns, np.array([d.accept[s] for s in states], dtype=np.bool_)).tolist()
-    # renumber blocks in BFS order from the start
-    start_block = block_of[pos[0]]
-    number = {start_block: 0}
-    queue = [start_block]
-    rep: dict[int, int] = {}
-    for i, b in enumerate(block_of):
-        rep.setdefault(b, i)
-    edges: list[list[tuple[int, int, int]]] = []
-    accept: list[bool] = []
-    qi = 0
-    while qi < len(queue):
-        r = rep[queue[qi]]
-        qi += 1
-        row = []
-        for c, t in enumerate(rows[r][:m]):
-            if t < 0:
-                continue
-            target = number.get(block_of[t])
-            if target is None:
-                target = number[block_of[t]] = len(queue)
-                queue.append(block_of[t])
-            row.append((bounds[c], bounds[c + 1] - 1, target))
-        edges.append(_merge_edges(row))
-        accept.append(bool(d.accept[states[r]]))
-    return _CDFA(edges, accept)
+    return _CDFA._of_flat(_minimize_flat(*d.flat()))
 
 
 def _eliminate(d: _CDFA, budget: int) -> tuple | None:
@@ -514,3 +414,497 @@ def _eliminate(d: _CDFA, budget: int) -> tuple | None:
         pred.pop(s, None)
         succ.pop(s, None)
     return label.get((start, final))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Flat automata: the operations above as numba kernels over arrays
+#
+# A flat automaton is ``(ptr, lo, hi, to, acc)``: state ``s``'s edges are ``lo[ptr[s]:ptr[s + 1]]`` (sorted,
+# disjoint) with their ``hi`` and target ``to``, and ``acc[s]`` says whether it accepts. The kernels follow the
+# Python definitions step for step (the same states in the same order), so a result is the same automaton
+# whichever way it was made; its lists of tuples are written out only when something reads them.
+
+
+@njit(cache=True, nogil=True)
+def _grown(arr, size):
+    """``arr`` itself when it holds ``size`` items, else a copy with room for at least that many."""
+    if size <= arr.shape[0]:
+        return arr
+    out = np.empty(max(size, 2 * arr.shape[0]), dtype=arr.dtype)
+    out[: arr.shape[0]] = arr
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _product_flat(a_ptr, a_lo, a_hi, a_to, a_acc, b_ptr, b_lo, b_hi, b_to, b_acc, minus, max_states):
+    """:func:`_product` over flat automata: ``(status, ptr, lo, hi, to, acc)``, status 1 past ``max_states``
+    states. Pairs are numbered as the Python version numbers them (breadth first, pieces in order); a pair with
+    no state of ``b`` (outside it, for a difference) has ``b = -1``."""
+    width = b_acc.shape[0] + 1
+    index = {np.int64(1): np.int64(0)}  # pair (a, b) -> id, keyed a * width + b + 1
+    order_a = np.zeros(64, dtype=np.int64)
+    order_b = np.zeros(64, dtype=np.int64)
+    count = 1
+    out_ptr = np.zeros(65, dtype=np.int64)
+    out_lo = np.empty(256, dtype=np.int64)
+    out_hi = np.empty(256, dtype=np.int64)
+    out_to = np.empty(256, dtype=np.int64)
+    acc = np.zeros(64, dtype=np.bool_)
+    piece_lo = np.empty(16, dtype=np.int64)
+    piece_hi = np.empty(16, dtype=np.int64)
+    piece_b = np.empty(16, dtype=np.int64)
+    m = 0
+    i = 0
+    while i < count:
+        if count > max_states:
+            return 1, out_ptr[:1], out_lo[:0], out_hi[:0], out_to[:0], acc[:0]
+        sa = order_a[i]
+        sb = order_b[i]
+        jb = b_ptr[sb] if sb >= 0 else 0
+        eb = b_ptr[sb + 1] if sb >= 0 else 0
+        row_start = m
+        for ea in range(a_ptr[sa], a_ptr[sa + 1]):
+            lo, hi, ta = a_lo[ea], a_hi[ea], a_to[ea]
+            # the pieces of this edge, in order: gaps outside b (a difference) and overlaps with b's edges
+            num = 0
+            pos = lo
+            while jb < eb and b_hi[jb] < lo:
+                jb += 1
+            k = jb
+            while k < eb and b_lo[k] <= hi:
+                blo, bhi = b_lo[k], b_hi[k]
+                if num + 2 > piece_lo.shape[0]:
+                    piece_lo = _grown(piece_lo, num + 2)
+                    piece_hi = _grown(piece_hi, num + 2)
+                    piece_b = _grown(piece_b, num + 2)
+                if minus and blo > pos:
+                    piece_lo[num], piece_hi[num], piece_b[num] = pos, blo - 1, -1
+                    num += 1
+                x, y = max(lo, blo), min(hi, bhi)
+                if x <= y:
+                    piece_lo[num], piece_hi[num], piece_b[num] = x, y, b_to[k]
+                    num += 1
+                pos = max(pos, bhi + 1)
+                if bhi > hi:
+                    break
+                k += 1
+            if minus and pos <= hi:
+                if num + 1 > piece_lo.shape[0]:
+                    piece_lo = _grown(piece_lo, num + 1)
+                    piece_hi = _grown(piece_hi, num + 1)
+                    piece_b = _grown(piece_b, num + 1)
+                piece_lo[num], piece_hi[num], piece_b[num] = pos, hi, -1
+                num += 1
+            for p in range(num):
+                key = ta * width + piece_b[p] + 1
+                target = index.get(key, -1)
+                if target < 0:
+                    target = count
+                    index[key] = target
+                    order_a = _grown(order_a, count + 1)
+                    order_b = _grown(order_b, count + 1)
+                    order_a[count] = ta
+                    order_b[count] = piece_b[p]
+                    count += 1
+                if m > row_start and out_to[m - 1] == target and out_hi[m - 1] + 1 == piece_lo[p]:
+                    out_hi[m - 1] = piece_hi[p]  # what _merge_edges does to the row
+                    continue
+                out_lo = _grown(out_lo, m + 1)
+                out_hi = _grown(out_hi, m + 1)
+                out_to = _grown(out_to, m + 1)
+                out_lo[m], out_hi[m], out_to[m] = piece_lo[p], piece_hi[p], target
+                m += 1
+        out_ptr = _grown(out_ptr, i + 2)
+        out_ptr[i + 1] = m
+        acc = _grown(acc, i + 1)
+        acc_b = sb >= 0 and b_acc[sb]
+        acc[i] = a_acc[sa] and ((not acc_b) if minus else acc_b)
+        i += 1
+    return 0, out_ptr[: count + 1].copy(), out_lo[:m].copy(), out_hi[:m].copy(), out_to[:m].copy(), acc[:count].copy()
+
+
+@njit(cache=True, nogil=True)
+def _minimize_flat(ptr, lo, hi, to, acc):
+    """:func:`_minimize` over a flat automaton: trimmed, minimal, numbered breadth first from the start with its
+    edges read in order (so equal languages give equal automata), each state's edges merged."""
+    n = acc.shape[0]
+    # reachable from the start, then able to reach acceptance
+    seen = np.zeros(n, dtype=np.bool_)
+    stack = np.empty(n, dtype=np.int64)
+    seen[0] = True
+    stack[0] = 0
+    top = 1
+    while top > 0:
+        top -= 1
+        s = stack[top]
+        for e in range(ptr[s], ptr[s + 1]):
+            t = to[e]
+            if not seen[t]:
+                seen[t] = True
+                stack[top] = t
+                top += 1
+    rev_count = np.zeros(n + 1, dtype=np.int64)
+    for s in range(n):
+        if seen[s]:
+            for e in range(ptr[s], ptr[s + 1]):
+                rev_count[to[e] + 1] += 1
+    for s in range(n):
+        rev_count[s + 1] += rev_count[s]
+    rev = np.empty(rev_count[n], dtype=np.int64)
+    fill = rev_count[:n].copy()
+    for s in range(n):
+        if seen[s]:
+            for e in range(ptr[s], ptr[s + 1]):
+                rev[fill[to[e]]] = s
+                fill[to[e]] += 1
+    alive = np.zeros(n, dtype=np.bool_)
+    top = 0
+    for s in range(n):
+        if seen[s] and acc[s]:
+            alive[s] = True
+            stack[top] = s
+            top += 1
+    while top > 0:
+        top -= 1
+        s = stack[top]
+        for j in range(rev_count[s], rev_count[s + 1]):
+            p = rev[j]
+            if not alive[p]:
+                alive[p] = True
+                stack[top] = p
+                top += 1
+    if not alive[0]:
+        return np.zeros(2, dtype=np.int64), lo[:0].copy(), hi[:0].copy(), to[:0].copy(), np.zeros(1, dtype=np.bool_)
+    pos = np.full(n, -1, dtype=np.int64)
+    kept = 0
+    for s in range(n):
+        if alive[s]:
+            pos[s] = kept
+            kept += 1
+    # the column bounds: every edge's first and past-last symbol
+    num_bounds = 0
+    for s in range(n):
+        if alive[s]:
+            for e in range(ptr[s], ptr[s + 1]):
+                if alive[to[e]]:
+                    num_bounds += 2
+    bounds = np.empty(num_bounds, dtype=np.int64)
+    num_bounds = 0
+    for s in range(n):
+        if alive[s]:
+            for e in range(ptr[s], ptr[s + 1]):
+                if alive[to[e]]:
+                    bounds[num_bounds] = lo[e]
+                    bounds[num_bounds + 1] = hi[e] + 1
+                    num_bounds += 2
+    bounds = np.unique(bounds)
+    m = max(bounds.shape[0] - 1, 0)
+    table = np.full((kept, max(m, 1)), -1, dtype=np.int32)
+    kept_acc = np.empty(kept, dtype=np.bool_)
+    for s in range(n):
+        if alive[s]:
+            r = pos[s]
+            kept_acc[r] = acc[s]
+            for e in range(ptr[s], ptr[s + 1]):
+                t = to[e]
+                if alive[t]:
+                    a = np.searchsorted(bounds, lo[e])
+                    b = np.searchsorted(bounds, hi[e] + 1)
+                    table[r, a:b] = pos[t]
+    reps, _ = column_classes(table)
+    columns = np.empty((kept, reps.shape[0]), dtype=np.int32)
+    for r in range(kept):
+        for c in range(reps.shape[0]):
+            columns[r, c] = table[r, reps[c]]
+    block_of = partial_dfa_blocks(columns, kept_acc)
+    num_blocks = 0
+    for r in range(kept):
+        num_blocks = max(num_blocks, block_of[r] + 1)
+    rep = np.full(num_blocks, -1, dtype=np.int64)
+    for r in range(kept):
+        if rep[block_of[r]] < 0:
+            rep[block_of[r]] = r
+    number = np.full(num_blocks, -1, dtype=np.int64)
+    queue = np.empty(num_blocks, dtype=np.int64)
+    number[block_of[pos[0]]] = 0
+    queue[0] = block_of[pos[0]]
+    back = 1
+    out_ptr = np.zeros(num_blocks + 1, dtype=np.int64)
+    out_lo = np.empty(16, dtype=np.int64)
+    out_hi = np.empty(16, dtype=np.int64)
+    out_to = np.empty(16, dtype=np.int64)
+    out_acc = np.empty(num_blocks, dtype=np.bool_)
+    e = 0
+    front = 0
+    while front < back:
+        r = rep[queue[front]]
+        row_start = e
+        for c in range(m):
+            t = table[r, c]
+            if t < 0:
+                continue
+            b = block_of[t]
+            if number[b] < 0:
+                number[b] = back
+                queue[back] = b
+                back += 1
+            target = number[b]
+            if e > row_start and out_to[e - 1] == target and out_hi[e - 1] + 1 == bounds[c]:
+                out_hi[e - 1] = bounds[c + 1] - 1
+                continue
+            out_lo = _grown(out_lo, e + 1)
+            out_hi = _grown(out_hi, e + 1)
+            out_to = _grown(out_to, e + 1)
+            out_lo[e], out_hi[e], out_to[e] = bounds[c], bounds[c + 1] - 1, target
+            e += 1
+        out_acc[front] = kept_acc[r]
+        front += 1
+        out_ptr[front] = e
+    return out_ptr[: back + 1].copy(), out_lo[:e].copy(), out_hi[:e].copy(), out_to[:e].copy(), out_acc[:back].copy()
+
+
+#: The JSON escapes of the code points a string must escape (:data:`_SPECIALS`), one row each: the characters
+#: after the backslash, -1 past the end.
+_SPECIAL_CODES = np.full((0x5D, 5), -1, dtype=np.int64)
+for _cp in _SPECIALS:
+    _text = _escape_of(_cp)[1:]
+    _SPECIAL_CODES[_cp, : len(_text)] = [ord(_c) for _c in _text]
+_IS_SPECIAL = np.zeros(0x5D, dtype=np.bool_)
+_IS_SPECIAL[_SPECIALS] = True
+
+
+@njit(cache=True, nogil=True)
+def _encode_json_flat(ptr, lo, hi, to, acc, codes, is_special):
+    """:meth:`_CDFA.encode_json` over a flat automaton (the same states in the same order): the plain parts of
+    each edge, and a trie of escapes per state, entered by its backslash, whose states come after all others."""
+    n = acc.shape[0]
+    out_ptr = np.zeros(n + 1, dtype=np.int64)
+    out_lo = np.empty(max(16, 2 * lo.shape[0]), dtype=np.int64)
+    out_hi = np.empty(max(16, 2 * lo.shape[0]), dtype=np.int64)
+    out_to = np.empty(max(16, 2 * lo.shape[0]), dtype=np.int64)
+    trie = np.full((16, 128), -1, dtype=np.int64)  # the escape tries' states: target per character
+    num_extra = 0
+    m = 0
+    for s in range(n):
+        row_start = m
+        node = -1  # the state after this state's backslash
+        for e in range(ptr[s], ptr[s + 1]):
+            a, b, t = lo[e], hi[e], to[e]
+            for part in range(3):  # the plain parts: 0x20-0x21, 0x23-0x5B, 0x5D and up
+                p_lo = 0x20 if part == 0 else (0x23 if part == 1 else 0x5D)
+                p_hi = 0x21 if part == 0 else (0x5B if part == 1 else 0x10FFFF)
+                x, y = max(a, p_lo), min(b, p_hi)
+                if x <= y:
+                    out_lo = _grown(out_lo, m + 1)
+                    out_hi = _grown(out_hi, m + 1)
+                    out_to = _grown(out_to, m + 1)
+                    out_lo[m], out_hi[m], out_to[m] = x, y, t
+                    m += 1
+            for cp in range(max(a, 0), min(b, 0x5C) + 1):
+                if not is_special[cp]:
+                    continue
+                if node < 0:
+                    node = n + num_extra
+                    num_extra += 1
+                    if num_extra > trie.shape[0]:
+                        grown = np.full((2 * trie.shape[0], 128), -1, dtype=np.int64)
+                        grown[: trie.shape[0]] = trie
+                        trie = grown
+                    out_lo = _grown(out_lo, m + 1)
+                    out_hi = _grown(out_hi, m + 1)
+                    out_to = _grown(out_to, m + 1)
+                    out_lo[m], out_hi[m], out_to[m] = 0x5C, 0x5C, node
+                    m += 1
+                at = node
+                length = 0
+                while length < codes.shape[1] and codes[cp, length] >= 0:
+                    length += 1
+                for i in range(length):
+                    ch = codes[cp, i]
+                    if i == length - 1:
+                        trie[at - n, ch] = t
+                    else:
+                        nxt = trie[at - n, ch]
+                        if nxt < 0:
+                            nxt = n + num_extra
+                            num_extra += 1
+                            if num_extra > trie.shape[0]:
+                                grown = np.full((2 * trie.shape[0], 128), -1, dtype=np.int64)
+                                grown[: trie.shape[0]] = trie
+                                trie = grown
+                            trie[at - n, ch] = nxt
+                        at = nxt
+        # the row sorted by (lo, hi, target): its parts are disjoint, so by lo; a short insertion sort
+        for i in range(row_start + 1, m):
+            x_lo, x_hi, x_to = out_lo[i], out_hi[i], out_to[i]
+            j = i - 1
+            while j >= row_start and out_lo[j] > x_lo:
+                out_lo[j + 1], out_hi[j + 1], out_to[j + 1] = out_lo[j], out_hi[j], out_to[j]
+                j -= 1
+            out_lo[j + 1], out_hi[j + 1], out_to[j + 1] = x_lo, x_hi, x_to
+        out_ptr[s + 1] = m
+    total = n + num_extra
+    full_ptr = np.empty(total + 1, dtype=np.int64)
+    full_ptr[: n + 1] = out_ptr
+    for k in range(num_extra):
+        for ch in range(128):
+            t = trie[k, ch]
+            if t >= 0:
+                out_lo = _grown(out_lo, m + 1)
+                out_hi = _grown(out_hi, m + 1)
+                out_to = _grown(out_to, m + 1)
+                out_lo[m], out_hi[m], out_to[m] = ch, ch, t
+                m += 1
+        full_ptr[n + k + 1] = m
+    full_acc = np.zeros(total, dtype=np.bool_)
+    full_acc[:n] = acc
+    return full_ptr, out_lo[:m].copy(), out_hi[:m].copy(), out_to[:m].copy(), full_acc
+
+
+@njit(cache=True, nogil=True)
+def _utf8_bytes(cp, length, out):
+    """The UTF-8 bytes of ``cp`` in ``length`` bytes, into ``out``."""
+    if length == 1:
+        out[0] = cp
+        return
+    for i in range(length - 1, 0, -1):
+        out[i] = 0x80 | (cp & 0x3F)
+        cp >>= 6
+    out[0] = (0xC0 if length == 2 else (0xE0 if length == 3 else 0xF0)) | cp
+
+
+@njit(cache=True, nogil=True)
+def _byte_nfa_flat(ptr, lo, hi, to, acc, quoted):
+    """The byte NFA :meth:`_CDFA.to_byte_dfa` determinises, over a flat automaton: ``(edges (src, lo, hi, dst)
+    flattened, epsilons (src, dst) flattened, number of states, start, accept)``. State ``s`` is the automaton's
+    own; a code-point range becomes its UTF-8 byte-range sequences (surrogates left out), and the sequences
+    leaving one state share the inner state of an equal leading range, so large classes stay small."""
+    n = acc.shape[0]
+    accept = n
+    size = n + 1
+    start = 0
+    edges = np.empty(1024, dtype=np.int32)
+    num = 0
+    eps = np.empty(2 * n + 2, dtype=np.int32)
+    num_eps = 0
+    if quoted:
+        start = size
+        size += 1
+        edges[0], edges[1], edges[2], edges[3] = start, 0x22, 0x22, 0
+        num = 4
+    # the inner states made for the state being read: parent, lo, hi -> state
+    made_parent = np.empty(64, dtype=np.int64)
+    made_lo = np.empty(64, dtype=np.int64)
+    made_hi = np.empty(64, dtype=np.int64)
+    made_state = np.empty(64, dtype=np.int64)
+    pending_lo = np.empty(64, dtype=np.int64)
+    pending_hi = np.empty(64, dtype=np.int64)
+    pending_len = np.empty(64, dtype=np.int64)
+    blo = np.empty(4, dtype=np.int64)
+    bhi = np.empty(4, dtype=np.int64)
+    for s in range(n):
+        num_made = 0
+        for e in range(ptr[s], ptr[s + 1]):
+            t = to[e]
+            # the pieces of [lo, hi] of one encoded length, surrogates left out
+            num_pending = 0
+            for length in range(1, 5):
+                first = 0 if length == 1 else (0x80 if length == 2 else (0x800 if length == 3 else 0x10000))
+                last = 0x7F if length == 1 else (0x7FF if length == 2 else (0xFFFF if length == 3 else 0x10FFFF))
+                for half in range(2):
+                    a, b = max(lo[e], first), min(hi[e], last)
+                    if length == 3:
+                        if half == 0:
+                            b = min(b, 0xD7FF)
+                        else:
+                            a = max(a, 0xE000)
+                    elif half == 1:
+                        continue
+                    if a <= b:
+                        pending_lo = _grown(pending_lo, num_pending + 1)
+                        pending_hi = _grown(pending_hi, num_pending + 1)
+                        pending_len = _grown(pending_len, num_pending + 1)
+                        pending_lo[num_pending], pending_hi[num_pending], pending_len[num_pending] = a, b, length
+                        num_pending += 1
+            while num_pending > 0:
+                num_pending -= 1
+                a, b, length = pending_lo[num_pending], pending_hi[num_pending], pending_len[num_pending]
+                split = False
+                for i in range(1, length):
+                    mask = (1 << (6 * i)) - 1
+                    if (a & ~mask) != (b & ~mask):
+                        if a & mask != 0:
+                            cut = a | mask
+                        elif b & mask != mask:
+                            cut = (b & ~mask) - 1
+                        else:
+                            continue
+                        pending_lo = _grown(pending_lo, num_pending + 2)
+                        pending_hi = _grown(pending_hi, num_pending + 2)
+                        pending_len = _grown(pending_len, num_pending + 2)
+                        pending_lo[num_pending], pending_hi[num_pending], pending_len[num_pending] = cut + 1, b, length
+                        pending_lo[num_pending + 1], pending_hi[num_pending + 1] = a, cut
+                        pending_len[num_pending + 1] = length
+                        num_pending += 2
+                        split = True
+                        break
+                if split:
+                    continue
+                _utf8_bytes(a, length, blo)
+                _utf8_bytes(b, length, bhi)
+                state = s
+                for d in range(length - 1):
+                    found = -1
+                    for j in range(num_made):
+                        if made_parent[j] == state and made_lo[j] == blo[d] and made_hi[j] == bhi[d]:
+                            found = made_state[j]
+                            break
+                    if found < 0:
+                        found = size
+                        size += 1
+                        made_parent = _grown(made_parent, num_made + 1)
+                        made_lo = _grown(made_lo, num_made + 1)
+                        made_hi = _grown(made_hi, num_made + 1)
+                        made_state = _grown(made_state, num_made + 1)
+                        made_parent[num_made], made_lo[num_made], made_hi[num_made] = state, blo[d], bhi[d]
+                        made_state[num_made] = found
+                        num_made += 1
+                        edges = _grown(edges, num + 4)
+                        edges[num], edges[num + 1], edges[num + 2], edges[num + 3] = state, blo[d], bhi[d], found
+                        num += 4
+                    state = found
+                edges = _grown(edges, num + 4)
+                d = length - 1
+                edges[num], edges[num + 1], edges[num + 2], edges[num + 3] = state, blo[d], bhi[d], t
+                num += 4
+        if acc[s]:
+            if quoted:
+                edges = _grown(edges, num + 4)
+                edges[num], edges[num + 1], edges[num + 2], edges[num + 3] = s, 0x22, 0x22, accept
+                num += 4
+            else:
+                eps[num_eps], eps[num_eps + 1] = s, accept
+                num_eps += 2
+    return edges[:num].copy(), eps[:num_eps].copy(), size, start, accept
+
+
+@njit(cache=True, nogil=True)
+def _is_empty_flat(ptr, to, acc):
+    """Whether no accepting state can be reached from the start."""
+    n = acc.shape[0]
+    seen = np.zeros(n, dtype=np.bool_)
+    stack = np.empty(n, dtype=np.int64)
+    seen[0] = True
+    stack[0] = 0
+    top = 1
+    while top > 0:
+        top -= 1
+        s = stack[top]
+        if acc[s]:
+            return False
+        for e in range(ptr[s], ptr[s + 1]):
+            if not seen[to[e]]:
+                seen[to[e]] = True
+                stack[top] = to[e]
+                top += 1
+    return True
