@@ -146,7 +146,7 @@ class _CDFA:
             raise
         except AutomatonTooLarge as exc:  # a budget like the compiler's own: refused or relaxed where it is used
             raise _TooLarge(str(exc)) from None
-        return _cdfa_from_bytes(dfa.trans, dfa.accepting)
+        return _CDFA._of_flat(_cdfa_from_bytes_flat(dfa.trans, dfa.accepting))
 
     def is_empty(self) -> bool:
         if self._flat is not None:
@@ -266,75 +266,6 @@ class _CDFA:
 
 
 _NO_CALLS = np.zeros(0, dtype=np.int32)
-
-
-def _runs(row: np.ndarray, first: int) -> list[tuple[int, int, int]]:
-    """Maximal runs of equal non-negative targets in ``row`` (indices offset by ``first``)."""
-    out = []
-    n = len(row)
-    i = 0
-    while i < n:
-        t = int(row[i])
-        j = i
-        while j + 1 < n and row[j + 1] == t:
-            j += 1
-        if t >= 0:
-            out.append((first + i, first + j, t))
-        i = j + 1
-    return out
-
-
-def _cdfa_from_bytes(trans: np.ndarray, accepting: np.ndarray) -> _CDFA:
-    """Collapse a byte DFA that reads valid UTF-8 into a DFA over code points."""
-    memo: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
-    index = {0: 0}
-    order = [0]
-    edges: list[list[tuple[int, int, int]]] = []
-    i = 0
-    while i < len(order):
-        s = order[i]
-        out = list(_runs(trans[s, 0:0x80], 0))
-        for lead in range(0xC2, 0xF5):
-            t1 = int(trans[s, lead])
-            if t1 < 0:
-                continue
-            k = 1 if lead < 0xE0 else 2 if lead < 0xF0 else 3
-            base = (lead & (0x1F, 0x0F, 0x07)[k - 1]) << (6 * k)
-            out.extend((base + a, base + b, t) for a, b, t in _continuations(trans, t1, k, memo))
-        merged = []
-        for lo, hi, t in _merge_edges(out):
-            j = index.get(t)
-            if j is None:
-                j = index[t] = len(order)
-                order.append(t)
-            merged.append((lo, hi, j))
-        edges.append(merged)
-        i += 1
-    return _CDFA(edges, [bool(accepting[s]) for s in order])
-
-
-def _continuations(
-    trans: np.ndarray, state: int, k: int, memo: dict[tuple[int, int], list[tuple[int, int, int]]]
-) -> list[tuple[int, int, int]]:
-    """The code-point edges ``(lo, hi, target)`` of the ``k`` continuation bytes read from ``state``, the value
-    their bits make (memoised in ``memo`` per state and count)."""
-    key = (state, k)
-    if key in memo:
-        return memo[key]
-    out: list[tuple[int, int, int]] = []
-    size = 64 ** (k - 1)
-    for a, b, t in _runs(trans[state, 0x80:0xC0], 0):
-        if k == 1:
-            out.append((a, b, t))
-            continue
-        sub = _continuations(trans, t, k - 1, memo)
-        if len(sub) == 1 and sub[0][0] == 0 and sub[0][1] == size - 1:
-            out.append((a * size, (b + 1) * size - 1, sub[0][2]))
-        else:
-            for c in range(a, b + 1):
-                out.extend((c * size + x, c * size + y, u) for x, y, u in sub)
-    memo[key] = _merge_edges(out)
-    return memo[key]
 
 
 def _merge_edges(edges: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
@@ -908,3 +839,175 @@ def _is_empty_flat(ptr, to, acc):
                 stack[top] = to[e]
                 top += 1
     return True
+
+
+@njit(cache=True, nogil=True)
+def _append3(a, b, c, count, x, y, z):
+    """Append ``(x, y, z)`` to the parallel arrays ``a, b, c`` holding ``count`` items: the arrays, grown."""
+    a = _grown(a, count + 1)
+    b = _grown(b, count + 1)
+    c = _grown(c, count + 1)
+    a[count], b[count], c[count] = x, y, z
+    return a, b, c
+
+
+@njit(cache=True, nogil=True)
+def _continuations_flat(trans, state, k, memo_start, memo_end, pool_lo, pool_hi, pool_to, pool_count):
+    """The code-point edges ``(lo, hi, target)`` of the ``k`` continuation bytes read from ``state`` (the value
+    their bits make), made (with those of fewer bytes they
+    need) in the pool, where ``memo_start[k - 1, state]``/``memo_end`` say where each list is (-1: not made):
+    ``(pool_lo, pool_hi, pool_to, pool_count)``."""
+    stack_state = np.empty(256, dtype=np.int64)
+    stack_k = np.empty(256, dtype=np.int64)
+    stack_state[0], stack_k[0] = state, k
+    top = 1
+    run_lo = np.empty(64, dtype=np.int64)
+    run_hi = np.empty(64, dtype=np.int64)
+    run_to = np.empty(64, dtype=np.int64)
+    while top > 0:
+        s, level = stack_state[top - 1], stack_k[top - 1]
+        if memo_start[level - 1, s] >= 0:
+            top -= 1
+            continue
+        # the runs of equal targets over the 64 continuation bytes
+        num_runs = 0
+        i = 0
+        while i < 64:
+            t = trans[s, 0x80 + i]
+            j = i
+            while j + 1 < 64 and trans[s, 0x80 + j + 1] == t:
+                j += 1
+            if t >= 0:
+                run_lo[num_runs], run_hi[num_runs], run_to[num_runs] = i, j, t
+                num_runs += 1
+            i = j + 1
+        if level > 1:  # each run's target needs its lists of one byte fewer first
+            pending = False
+            for r in range(num_runs):
+                if memo_start[level - 2, run_to[r]] < 0:
+                    stack_state = _grown(stack_state, top + 1)
+                    stack_k = _grown(stack_k, top + 1)
+                    stack_state[top], stack_k[top] = run_to[r], level - 1
+                    top += 1
+                    pending = True
+            if pending:
+                continue
+        top -= 1
+        start = pool_count
+        size = 1 << (6 * (level - 1))
+        for r in range(num_runs):
+            a, b, t = run_lo[r], run_hi[r], run_to[r]
+            if level == 1:
+                if pool_count > start and pool_to[pool_count - 1] == t and pool_hi[pool_count - 1] + 1 == a:
+                    pool_hi[pool_count - 1] = b
+                else:
+                    pool_lo, pool_hi, pool_to = _append3(pool_lo, pool_hi, pool_to, pool_count, a, b, t)
+                    pool_count += 1
+                continue
+            sub_start, sub_end = memo_start[level - 2, t], memo_end[level - 2, t]
+            if sub_end - sub_start == 1 and pool_lo[sub_start] == 0 and pool_hi[sub_start] == size - 1:
+                lo_, hi_, to_ = a * size, (b + 1) * size - 1, pool_to[sub_start]
+                if pool_count > start and pool_to[pool_count - 1] == to_ and pool_hi[pool_count - 1] + 1 == lo_:
+                    pool_hi[pool_count - 1] = hi_
+                else:
+                    pool_lo, pool_hi, pool_to = _append3(pool_lo, pool_hi, pool_to, pool_count, lo_, hi_, to_)
+                    pool_count += 1
+                continue
+            for c in range(a, b + 1):
+                for e in range(sub_start, sub_end):
+                    lo_, hi_, to_ = c * size + pool_lo[e], c * size + pool_hi[e], pool_to[e]
+                    if pool_count > start and pool_to[pool_count - 1] == to_ and pool_hi[pool_count - 1] + 1 == lo_:
+                        pool_hi[pool_count - 1] = hi_
+                    else:
+                        pool_lo, pool_hi, pool_to = _append3(pool_lo, pool_hi, pool_to, pool_count, lo_, hi_, to_)
+                        pool_count += 1
+        memo_start[level - 1, s], memo_end[level - 1, s] = start, pool_count
+    return pool_lo, pool_hi, pool_to, pool_count
+
+
+@njit(cache=True, nogil=True)
+def _cdfa_from_bytes_flat(trans, accepting):
+    """A byte DFA that reads valid UTF-8 collapsed into a flat DFA over code points: the states reached from
+    the byte DFA's start, numbered as found, each reading the ASCII runs of its row and, through each lead byte,
+    the code points its continuation bytes spell."""
+    n = trans.shape[0]
+    memo_start = np.full((3, n), -1, dtype=np.int64)
+    memo_end = np.full((3, n), -1, dtype=np.int64)
+    pool_lo = np.empty(256, dtype=np.int64)
+    pool_hi = np.empty(256, dtype=np.int64)
+    pool_to = np.empty(256, dtype=np.int64)
+    pool_count = 0
+    index = np.full(n, -1, dtype=np.int64)
+    order = np.empty(n, dtype=np.int64)
+    index[0], order[0] = 0, 0
+    count = 1
+    out_ptr = np.zeros(n + 1, dtype=np.int64)
+    out_lo = np.empty(256, dtype=np.int64)
+    out_hi = np.empty(256, dtype=np.int64)
+    out_to = np.empty(256, dtype=np.int64)  # byte states until the row is numbered
+    row_lo = np.empty(256, dtype=np.int64)
+    row_hi = np.empty(256, dtype=np.int64)
+    row_to = np.empty(256, dtype=np.int64)
+    m = 0
+    i = 0
+    while i < count:
+        s = order[i]
+        num = 0
+        b = 0
+        while b < 0x80:
+            t = trans[s, b]
+            j = b
+            while j + 1 < 0x80 and trans[s, j + 1] == t:
+                j += 1
+            if t >= 0:
+                row_lo, row_hi, row_to = _append3(row_lo, row_hi, row_to, num, b, j, t)
+                num += 1
+            b = j + 1
+        for lead in range(0xC2, 0xF5):
+            t1 = trans[s, lead]
+            if t1 < 0:
+                continue
+            k = 1 if lead < 0xE0 else (2 if lead < 0xF0 else 3)
+            base = (lead & (0x1F if k == 1 else (0x0F if k == 2 else 0x07))) << (6 * k)
+            if memo_start[k - 1, t1] < 0:
+                pool_lo, pool_hi, pool_to, pool_count = _continuations_flat(
+                    trans, t1, k, memo_start, memo_end, pool_lo, pool_hi, pool_to, pool_count
+                )
+            for e in range(memo_start[k - 1, t1], memo_end[k - 1, t1]):
+                row_lo, row_hi, row_to = _append3(
+                    row_lo, row_hi, row_to, num, base + pool_lo[e], base + pool_hi[e], pool_to[e]
+                )
+                num += 1
+        # _merge_edges: sorted by (lo, hi, target) (they come sorted but for an automaton that is not UTF-8),
+        # then adjacent runs toward one target joined; targets numbered in order of appearance
+        for e in range(1, num):  # an insertion sort, which finds them in order
+            x_lo, x_hi, x_to = row_lo[e], row_hi[e], row_to[e]
+            j = e - 1
+            while j >= 0 and (
+                row_lo[j] > x_lo
+                or (row_lo[j] == x_lo and (row_hi[j] > x_hi or (row_hi[j] == x_hi and row_to[j] > x_to)))
+            ):
+                row_lo[j + 1], row_hi[j + 1], row_to[j + 1] = row_lo[j], row_hi[j], row_to[j]
+                j -= 1
+            row_lo[j + 1], row_hi[j + 1], row_to[j + 1] = x_lo, x_hi, x_to
+        row_start = m
+        for e in range(num):
+            lo_, hi_, t = row_lo[e], row_hi[e], row_to[e]
+            if m > row_start and out_to[m - 1] == t and out_hi[m - 1] + 1 == lo_:
+                out_hi[m - 1] = hi_
+                continue
+            out_lo, out_hi, out_to = _append3(out_lo, out_hi, out_to, m, lo_, hi_, t)
+            m += 1
+        for e in range(row_start, m):
+            t = out_to[e]
+            if index[t] < 0:
+                index[t] = count
+                order[count] = t
+                count += 1
+            out_to[e] = index[t]
+        out_ptr[i + 1] = m
+        i += 1
+    acc = np.empty(count, dtype=np.bool_)
+    for j in range(count):
+        acc[j] = accepting[order[j]]
+    return out_ptr[: count + 1].copy(), out_lo[:m].copy(), out_hi[:m].copy(), out_to[:m].copy(), acc
