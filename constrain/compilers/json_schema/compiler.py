@@ -77,6 +77,11 @@ class _Compiler(_Combinators, _EnumRules, _NumberRules, _StringRules, _ArrayRule
         self._finite_cache: dict[str, tuple] = {}
         self._disjoint_checking: set[tuple] = set()
         self._plain: dict[tuple[tuple[str, ...], int | None], Ref] = {}
+        #: live_keys per part, and what conj returned per (parts as given, depth) once its rule was complete: a
+        #: subschema is met many times (each option of a branch, each object that shares a definition). Strict
+        #: mode only: in lenient mode normalising again notes again what a probe's notes were reset without.
+        self._live: dict[_Part, list[str]] = {}
+        self._done: dict[tuple[tuple[_Part, ...], int | None], Ref] | None = {} if strict else None
 
     # -- policy ----------------------------------------------------------------------------------------------
 
@@ -116,10 +121,15 @@ class _Compiler(_Combinators, _EnumRules, _NumberRules, _StringRules, _ArrayRule
     # -- parts -----------------------------------------------------------------------------------------------
 
     def live_keys(self, part: _Part) -> list[str]:
-        node = self.node(part.ptr)
-        if not isinstance(node, Mapping):
-            return []
-        return [k for k in node if k not in part.skip and k not in _ANNOTATIONS]
+        """The keywords of ``part``'s node that are neither skipped nor annotations (a list shared by every call:
+        read it, never change it)."""
+        live = self._live.get(part)
+        if live is None:
+            node = self.node(part.ptr)
+            skip = part.skip
+            live = [k for k in node if k not in skip and k not in _ANNOTATIONS] if isinstance(node, Mapping) else []
+            self._live[part] = live
+        return live
 
     def normalise(self, parts: Sequence[_Part]) -> tuple[_Part, ...]:
         """Expand ``$ref`` and ``allOf`` into the conjunction, drop ``true`` and empty parts; ``false`` is
@@ -265,18 +275,31 @@ class _Compiler(_Combinators, _EnumRules, _NumberRules, _StringRules, _ArrayRule
 
     def conj(self, parts: Sequence[_Part], depth: int | None) -> Ref:
         """A rule for the conjunction of ``parts`` (raises _Unsatisfiable when none can hold)."""
+        done = self._done
+        given = (tuple(parts), depth)
+        if done is not None:
+            ref = done.get(given)
+            if ref is not None:
+                return ref
+        else:
+            done = {}  # written, never read
         parts = self.normalise(parts)
         if not parts:
-            return self.any_value(depth)
+            ref = done[given] = self.any_value(depth)
+            return ref
         types = self.plain_types(parts)
         if types is not None:
-            return self.plain_rule(types, parts, depth)
+            ref = done[given] = self.plain_rule(types, parts, depth)
+            return ref
         key = (frozenset(parts), depth)
         hit = self.memo.get(key)
         if hit is _UNSAT:
             raise _verdict(self.unsat[key])
         if hit is not None:
-            return Ref(hit)
+            ref = Ref(hit)
+            if hit in self.rules:  # complete; a rule still being built (a recursion) may yet prove unsatisfiable
+                done[given] = ref
+            return ref
         _check_time(parts[0].ptr)
         self.last_pointer = parts[0].ptr
         name = self.new_name(parts, depth)
@@ -288,7 +311,8 @@ class _Compiler(_Combinators, _EnumRules, _NumberRules, _StringRules, _ArrayRule
             self.unsat[key] = _verdict(exc)
             raise
         self.rules[name] = body
-        return Ref(name)
+        ref = done[given] = Ref(name)
+        return ref
 
     def plain_types(self, parts: tuple[_Part, ...]) -> tuple[str, ...] | None:
         """The type names of a conjunction that is one subschema saying nothing but a ``type`` of scalars (a third
