@@ -1,24 +1,30 @@
 """Compiled structures and the per-sequence Matcher.
 
-Compile once per (structure, vocabulary) into a :class:`CompiledStructure`, which owns the automaton and the
-shared mask cache; create one cheap :class:`Matcher` per sequence. A matcher's history is a persistent linked
-list of states, so ``copy()`` (beam search, speculation) is O(1) and ``rollback(n)`` is O(n).
+Compile once per (structure, vocabulary) into a :class:`CompiledStructure`, which owns the automaton, the
+shared mask cache and the shared cache of transitions; create one cheap :class:`Matcher` per sequence. A
+matcher's history is a persistent linked list of states, so ``copy()`` (beam search, speculation) is O(1) and
+``rollback(n)`` is O(n).
+
+Reading a token is a pure function of (state, token), so every structure keeps the transitions its matchers
+have made (:class:`TransitionCache`): a transition seen before costs one dictionary look-up, whatever the
+automaton, and only a first visit reads the token's bytes.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Hashable, Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from constrain.automata.dfa import ByteDFA
+from constrain.cache import PROCESS_BUDGET, CacheBudget
 from constrain.errors import ArgumentError, ShapeError, TokenError
 from constrain.runtime.masks import (
     DEFAULT_CACHE_BYTES,
     MaskCache,
     StateMasks,
-    walk_bytes,
 )
 from constrain.vocab.vocabulary import Vocabulary
 
@@ -26,6 +32,100 @@ from constrain.vocab.vocabulary import Vocabulary
 FINISHED = -2
 #: ``forced_tokens`` stops after this many tokens.
 MAX_FORCED_TOKENS = 1024
+#: A structure's transition cache is bounded by this fraction of its ``cache_bytes``, on top of the masks' (16 MiB at
+#: the default 256 MiB, some 50,000 transitions of a JSON Schema); a grammar's caches of runs and local steps
+#: (:class:`~constrain.runtime.pushdown.GrammarStructure`) share another such fraction. All count against the
+#: process's cache budget (:func:`constrain.cache.set_cache_budget`).
+TRANSITION_CACHE_SHARE = 16
+
+
+class TransitionCache:
+    """The transitions ``(state, token) -> next state`` that matchers of one structure have made (or another map of
+    a structure's pure functions), bounded in bytes, thread-safe, shared by every matcher of the structure.
+
+    Reading a token is a pure function of the state and the token (the structure never changes), so a cached
+    transition is exactly what reading the token again would give. Only transitions that succeeded are kept, so a
+    hit also says that every check of the token passed. Look-ups and insertions are each one operation on a
+    dictionary, atomic under the GIL, so they take no lock: a look-up moves nothing, and neither keeps an order.
+    When an insertion would pass the bound, the cache is emptied first (under a lock, so that two threads do not
+    both empty it): what a structure's matchers use again soon comes back in one read each. ``max_bytes`` 0
+    keeps nothing. The byte count is an estimate: on a build without the GIL, two insertions at the same instant
+    may count one.
+
+    The cache counts against ``budget`` (the process's :class:`~constrain.cache.CacheBudget` by default; None:
+    none) as one entry, whose bytes it reports each time they grew by :attr:`REPORT_BYTES` (so that an insertion
+    seldom waits on the budget's lock); when the budget evicts that entry, the cache is emptied.
+    """
+
+    __slots__ = ("max_bytes", "get", "_map", "_bytes", "_lock", "_budget", "_number", "_reported", "__weakref__")
+
+    #: What one entry costs besides what its key and value hold: the dictionary's slot and the key tuple.
+    ENTRY_BYTES = 160
+    #: The cache tells its budget its bytes again each time they grew by this much since it last did.
+    REPORT_BYTES = 64 * 1024
+
+    def __init__(self, max_bytes: int, *, budget: CacheBudget | None = PROCESS_BUDGET):
+        self.max_bytes = int(max_bytes)
+        self._map: dict[Hashable, Any] = {}
+        #: ``get(key)``: the value, or None when the key is not cached.
+        self.get = self._map.get
+        self._bytes = 0
+        self._reported = 0
+        self._lock = threading.Lock()
+        self._budget = budget
+        self._number = budget.join(self) if budget is not None and self.max_bytes > 0 else -1
+
+    def put(self, key: Hashable, value: Any, nbytes: int) -> None:
+        """Keep ``value`` (never None) for ``key``; ``nbytes``: what the key and the value hold (for a transition,
+        :func:`state_bytes` of its state and next state, or twice the next state's: the state is most often an
+        earlier transition's next state, shared)."""
+        nbytes += self.ENTRY_BYTES
+        if self._bytes + nbytes > self.max_bytes:
+            if nbytes > self.max_bytes:
+                return
+            self._empty()
+        self._map[key] = value
+        self._bytes += nbytes
+        if self._bytes - self._reported >= self.REPORT_BYTES:
+            self._report()
+
+    def _report(self) -> None:
+        with self._lock:
+            self._reported = reported = self._bytes
+        if self._number >= 0:
+            self._budget.added(self._number, None, reported)
+
+    def _empty(self) -> None:
+        with self._lock:
+            self._map.clear()
+            self._bytes = self._reported = 0
+        if self._number >= 0:
+            self._budget.removed(self._number, None)
+
+    def _drop(self, key: Hashable) -> None:
+        """The budget evicted the cache (its one entry): empty it."""
+        with self._lock:
+            self._map.clear()
+            self._bytes = self._reported = 0
+
+    def clear(self) -> None:
+        self._empty()
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes the cached entries are estimated to hold."""
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._map)
+
+
+def state_bytes(state: Hashable) -> int:
+    """About what a state holds in memory: an int (a DFA's), or a tuple of tuples of ints (a pushdown state's
+    stacks: 56 bytes a tuple, 8 a slot, 28 an int)."""
+    if type(state) is tuple:
+        return 56 + 72 * len(state) + 36 * sum(map(len, state))
+    return 28
 
 
 class CompiledStructure:
@@ -36,17 +136,34 @@ class CompiledStructure:
     """
 
     masks: MaskCache
+    #: The transitions its matchers made (:class:`TransitionCache`), bounded by ``cache_bytes / 16``.
+    transitions: TransitionCache
 
-    def __init__(self, vocab: Vocabulary, *, source: str = ""):
+    def __init__(self, vocab: Vocabulary, *, source: str = "", cache_bytes: int = DEFAULT_CACHE_BYTES):
         self.vocab = vocab
         self.source = source
         self.eos_ids = frozenset(int(t) for t in vocab.eos_ids)
+        self.transitions = TransitionCache(cache_bytes // TRANSITION_CACHE_SHARE)
+        #: Per token id: 1 when its bytes are read (matchable, not an end of sequence); a bytes object, cheaper to
+        #: index than the numpy array.
+        readable = vocab.matchable.copy()
+        readable[vocab.eos_ids] = False
+        self._readable = readable.tobytes()
+        self._size = vocab.size
 
     start: Hashable
 
     def read(self, state: Hashable, token: int) -> Hashable | None:
         """The state after the (matchable) ``token``'s bytes, or None when the structure rejects them."""
         raise NotImplementedError
+
+    def transition(self, state: Hashable, token: int) -> Hashable | None:
+        """:meth:`read`, for a transition that :attr:`transitions` does not hold: what matchers call. Keeps the
+        transition when it is allowed; a subclass may serve it from a cache of its own instead."""
+        nxt = self.read(state, token)
+        if nxt is not None:
+            self.transitions.put((state, token), nxt, 2 * state_bytes(nxt))
+        return nxt
 
     def can_end(self, state: Hashable) -> bool:
         """Whether the text read up to ``state`` is a complete match."""
@@ -77,15 +194,23 @@ class DFAStructure(CompiledStructure):
     """A regular structure: one byte DFA (a regex, or anything without recursion)."""
 
     def __init__(self, dfa: ByteDFA, vocab: Vocabulary, *, source: str = "", cache_bytes: int = DEFAULT_CACHE_BYTES):
-        super().__init__(vocab, source=source)
+        super().__init__(vocab, source=source, cache_bytes=cache_bytes)
         self.dfa = dfa
         self.start = 0
         self.masks = StateMasks(dfa, vocab, cache_bytes=cache_bytes)
+        # Flat views whose items index as Python ints: a token's few bytes are read in Python in less time than a
+        # kernel call takes to start (about a microsecond: the whole budget of a first visit).
+        self._trans = memoryview(np.ascontiguousarray(dfa.trans, dtype=np.int32)).cast("B").cast("i")
+        self._data = memoryview(vocab.data)
+        self._offsets = memoryview(vocab.offsets).cast("B").cast("q")
 
     def read(self, state: int, token: int) -> int | None:
-        vocab = self.vocab
-        nxt = walk_bytes(self.dfa.trans, state, vocab.data, vocab.offsets[token], vocab.offsets[token + 1])
-        return int(nxt) if nxt >= 0 else None
+        trans = self._trans
+        for byte in self._data[self._offsets[token] : self._offsets[token + 1]]:
+            state = trans[(state << 8) | byte]
+            if state < 0:
+                return None
+        return state
 
     def can_end(self, state: int) -> bool:
         return bool(self.dfa.accepting[state])
@@ -109,10 +234,9 @@ class DFAStructure(CompiledStructure):
         return f"DFAStructure({self.source!r}, states={self.dfa.num_states}, vocab={self.vocab.size:,})"
 
 
-class _Step(NamedTuple):
-    state: Hashable
-    parent: _Step | None
-    depth: int
+# A matcher's history is a chain of steps, each a plain tuple ``(state, parent step or None, tokens read)``
+# (a named tuple took longer to make than the rest of a cached advance).
+_STATE, _PARENT, _DEPTH = 0, 1, 2
 
 
 class Matcher:
@@ -122,12 +246,28 @@ class Matcher:
 
     def __init__(self, structure: CompiledStructure):
         self.structure = structure
-        self._step = _Step(structure.start, None, 0)
+        self._step = (structure.start, None, 0)
 
     # -- reading tokens ----------------------------------------------------------------------------------------
 
     def _next_state(self, state: Hashable, token: int) -> Hashable:
-        """The state after ``token``, or raise TokenError saying why it is not allowed."""
+        """The state after ``token`` (an int), or raise TokenError saying why it is not allowed."""
+        nxt = self.structure.transitions.get((state, token))
+        if nxt is not None:
+            return nxt
+        return self._read(state, token)
+
+    def _read(self, state: Hashable, token: int) -> Hashable:
+        """:meth:`_next_state` without the transition cache: check ``token``, read it, and cache the transition."""
+        s = self.structure
+        if 0 <= token < s._size and s._readable[token] and state != FINISHED:  # what the checks below let through
+            nxt = s.transition(state, token)
+            if nxt is not None:
+                return nxt
+        return self._read_checked(state, token)
+
+    def _read_checked(self, state: Hashable, token: int) -> Hashable:
+        """:meth:`_read`, each check in turn, so that the error says which failed."""
         s = self.structure
         vocab = s.vocab
         if not 0 <= token < vocab.size:
@@ -136,11 +276,12 @@ class Matcher:
             raise TokenError(f"token {token} comes after the end of sequence")
         if token in s.eos_ids:
             if s.can_end(state):
+                s.transitions.put((state, token), FINISHED, state_bytes(state) + 28)
                 return FINISHED
             raise TokenError(f"end-of-sequence token {token} is not allowed: the structure is not complete")
         if not vocab.matchable[token]:
             raise TokenError(f"special token {token} is never allowed inside a structure")
-        nxt = s.read(state, token)
+        nxt = s.transition(state, token)
         if nxt is None:
             raise TokenError(f"token {token} ({vocab.token_bytes(token)!r}) is not allowed here")
         return nxt
@@ -151,14 +292,28 @@ class Matcher:
         A token is a Python int, a numpy integer, or a 0-d / one-element integer array or tensor (what
         :meth:`~constrain.decoding.sampling.Sampler.sample` returns for one row); several are any iterable of those.
         Anything else (a bool, a float, a str, bytes, None) raises TokenError."""
+        step = self._step
+        if type(tokens) is int:  # the common case first: one token, a transition made before
+            s = self.structure
+            key = (step[0], tokens)
+            nxt = s.transitions.get(key)
+            if nxt is None:  # _read, inlined: a first visit is the next most common case
+                state = step[0]
+                if 0 <= tokens < s._size and s._readable[tokens] and state != FINISHED:
+                    nxt = s.transition(state, tokens)
+                    if nxt is None:
+                        nxt = self._read_checked(state, tokens)
+                else:
+                    nxt = self._read_checked(state, tokens)
+            self._step = (nxt, step, step[2] + 1)
+            return
         single = _single_token(tokens)
         if single is not None:
-            self._step = _Step(self._next_state(self._step.state, single), self._step, self._step.depth + 1)
+            self._step = (self._next_state(step[_STATE], single), step, step[_DEPTH] + 1)
             return
-        step = self._step
         for i, token in enumerate(_token_sequence(tokens)):
             try:
-                step = _Step(self._next_state(step.state, as_token_id(token)), step, step.depth + 1)
+                step = (self._next_state(step[_STATE], as_token_id(token)), step, step[_DEPTH] + 1)
             except TokenError as exc:
                 raise TokenError(f"at position {i} of the tokens given: {exc}") from None
         self._step = step
@@ -167,7 +322,7 @@ class Matcher:
         """Whether ``token`` is allowed now (nothing changes). TokenError if ``token`` is not a token id."""
         token = as_token_id(token)
         try:
-            self._next_state(self._step.state, token)
+            self._next_state(self._step[_STATE], token)
         except TokenError:
             return False
         return True
@@ -175,7 +330,7 @@ class Matcher:
     def validate_tokens(self, tokens: Sequence[int]) -> int:
         """How many leading tokens of ``tokens`` the structure accepts in order (nothing changes): the part of a
         speculative draft worth verifying."""
-        state = self._step.state
+        state = self._step[_STATE]
         ids = [as_token_id(token) for token in _token_sequence(tokens)]
         for i, token in enumerate(ids):
             try:
@@ -242,20 +397,21 @@ class Matcher:
         """Undo the last ``num_tokens`` tokens."""
         if isinstance(num_tokens, bool) or not isinstance(num_tokens, (int, np.integer)):
             raise ArgumentError("num_tokens", num_tokens, "how many tokens to undo, an int")
-        if not 0 <= num_tokens <= self._step.depth:
-            raise TokenError(f"cannot roll back {num_tokens} tokens: {self._step.depth} have been read")
+        if not 0 <= num_tokens <= self._step[_DEPTH]:
+            raise TokenError(f"cannot roll back {num_tokens} tokens: {self._step[_DEPTH]} have been read")
         step = self._step
         for _ in range(num_tokens):
-            step = step.parent
+            step = step[_PARENT]
         self._step = step
 
     def reset(self) -> None:
         """Back to the start of the structure."""
-        self._step = _Step(self.structure.start, None, 0)
+        self._step = (self.structure.start, None, 0)
 
     def copy(self) -> Matcher:
         """An independent matcher in the same state (O(1): histories are shared, never mutated)."""
-        other = Matcher.__new__(Matcher)
+        cls = type(self)  # a structure's own kind of matcher (GrammarStructure's) stays one
+        other = cls.__new__(cls)
         other.structure = self.structure
         other._step = self._step
         return other
@@ -265,16 +421,16 @@ class Matcher:
     @property
     def num_tokens(self) -> int:
         """Tokens read since the start."""
-        return self._step.depth
+        return self._step[_DEPTH]
 
     def is_accepting(self) -> bool:
         """Whether the text so far is a complete match (end of sequence is allowed now, or was read)."""
-        state = self._step.state
+        state = self._step[_STATE]
         return state == FINISHED or self.structure.can_end(state)
 
     def is_finished(self) -> bool:
         """Whether an end-of-sequence token has been read."""
-        return self._step.state == FINISHED
+        return self._step[_STATE] == FINISHED
 
     # -- masks -------------------------------------------------------------------------------------------------
 
@@ -284,7 +440,7 @@ class Matcher:
         After the end of sequence only the end-of-sequence tokens are allowed, so finished rows of a batch
         stay valid.
         """
-        state = self._step.state
+        state = self._step[_STATE]
         masks = self.structure.masks
         return masks.eos_mask if state == FINISHED else masks.get(state)
 
@@ -324,7 +480,7 @@ class Matcher:
         """The text that must come next whatever the tokens (at most ``limit`` bytes): empty where the structure
         may end, allows more than one byte, or has ended. :func:`~constrain.decoding.forcing.forced_continuation`
         tokenises it."""
-        state = self._step.state
+        state = self._step[_STATE]
         return b"" if state == FINISHED else self.structure.forced_bytes(state, limit)
 
     def forced_tokens(self) -> list[int]:
@@ -348,7 +504,7 @@ class Matcher:
         return forced
 
     def __repr__(self) -> str:
-        state = "finished" if self.is_finished() else f"state {self._step.state}"
+        state = "finished" if self.is_finished() else f"state {self._step[_STATE]}"
         return f"<Matcher {state} after {self.num_tokens} tokens of {self.structure!r}>"
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import threading
 from bisect import bisect_right
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -33,7 +34,13 @@ from constrain.runtime.lexical import (
     _subtrees_below,
 )
 from constrain.runtime.masks import DEFAULT_CACHE_BYTES, MaskCache, check_cache_bytes
-from constrain.runtime.matcher import CompiledStructure
+from constrain.runtime.matcher import (
+    TRANSITION_CACHE_SHARE,
+    CompiledStructure,
+    Matcher,
+    TransitionCache,
+    state_bytes,
+)
 from constrain.vocab.vocabulary import Vocabulary
 
 #: A configuration: global states from the bottom frame to the top one.
@@ -89,6 +96,12 @@ class Machine:
     def plain(self) -> np.ndarray:
         """Per state: True when its closure is itself (it can neither call nor return)."""
         return (self.call_ptr[1:] == self.call_ptr[:-1]) & ~self.accepting
+
+    @cached_property
+    def call_lists(self) -> tuple[list[int], list[int], list[int], list[bool]]:
+        """``call_ptr``, ``call_start``, ``call_return`` and ``accepting`` as Python lists (for closures computed
+        in Python: their items are Python ints, as the stacks' frames are)."""
+        return self.call_ptr.tolist(), self.call_start.tolist(), self.call_return.tolist(), self.accepting.tolist()
 
     @cached_property
     def _rule_starts(self) -> list[int]:
@@ -406,14 +419,274 @@ class GrammarStructure(CompiledStructure):
     def __init__(
         self, pushdown: Pushdown, vocab: Vocabulary, *, source: str = "", cache_bytes: int = DEFAULT_CACHE_BYTES
     ):
-        super().__init__(vocab, source=source)
+        super().__init__(vocab, source=source, cache_bytes=cache_bytes)
         self.pushdown = pushdown
-        self.machine = Machine.from_pushdown(pushdown)
-        self.start = self.machine.start
-        self.masks = PushdownMasks(pushdown, self.machine, vocab, cache_bytes=cache_bytes)
+        self.machine = machine = Machine.from_pushdown(pushdown)
+        self.start = machine.start
+        self.masks = PushdownMasks(pushdown, machine, vocab, cache_bytes=cache_bytes)
+        # Flat views whose items index as Python ints, for reading a token's bytes without a numpy scalar per byte.
+        self._trans = memoryview(machine.trans).cast("B").cast("i")
+        self._plain = machine.plain.tobytes()
+        self._calls = (machine.call_ptr[1:] != machine.call_ptr[:-1]).tobytes()
+        self._accepting = machine.accepting.tobytes()
+        self._data = memoryview(vocab.data)
+        self._offsets = memoryview(vocab.offsets).cast("B").cast("q")
+        # What reading a token takes, cached on top of the structure's transitions (each a 32nd of ``cache_bytes``):
+        # the runs of plain top frames, keyed by ``top * vocab.size + token`` (:meth:`transition`), and the local
+        # steps and closures of states, keyed by ``state << 9 | (byte + 1)`` with byte -1 for the closure
+        # (:meth:`_step`). Int keys: cheaper to make and to hash than tuples.
+        self._runs = TransitionCache(cache_bytes // (2 * TRANSITION_CACHE_SHARE))
+        self._local = TransitionCache(cache_bytes // (2 * TRANSITION_CACHE_SHARE))
+
+    def matcher(self) -> GrammarMatcher:
+        """A new matcher at the start of the structure."""
+        return GrammarMatcher(self)
 
     def read(self, state: Configs, token: int) -> Configs | None:
-        return self.machine.read(state, self.vocab.token_bytes(token)) or None
+        """The configurations after ``token``'s bytes (None when rejected): what :meth:`Machine.read` gives (or
+        raises), computed another way (:meth:`transition`), keeping nothing in :attr:`transitions`."""
+        return self._read_token(state, token, None)
+
+    def transition(self, state: Configs, token: int) -> Configs | None:
+        """:meth:`read`, for a matcher (the transition is not in :attr:`transitions`), keeping what it reads.
+
+        The common case first: one configuration whose top frame can neither call nor return (inside a key, a
+        string, a literal). Until a byte leads to a state that can, only its top frame changes, whatever lies
+        below: the run of the token's bytes through the flat table is cached per (top state, token)
+        (:meth:`_run`) and the stack is rebuilt around it. A :class:`GrammarMatcher` looks such runs up before
+        anything else, so they are not kept in :attr:`transitions` too. Several such configurations each take
+        their run (:meth:`_runs_of`). Any other byte is one :meth:`_step`, from steps cached per (state, byte);
+        where a bound could be crossed, the rest of the token goes to :meth:`Machine.read`, which raises as it
+        would have. What is read that way is kept in :attr:`transitions`."""
+        return self._read_token(state, token, self.transitions)
+
+    def _read_token(self, state: Configs, token: int, keep: TransitionCache | None) -> Configs | None:
+        if len(state) == 1:
+            stack = state[0]
+            top = stack[-1]
+            if self._plain[top]:
+                run = self._run(top, token)
+                if type(run) is int:
+                    return (stack[:-1] + (run,),) if run >= 0 else None
+                top, at = run
+                nxt = self._read_from((stack[:-1] + (top,),), at, self._offsets[token + 1])
+            else:
+                nxt = self._read_from(state, self._offsets[token], self._offsets[token + 1])
+        else:
+            nxt = self._runs_of(state, token)
+            if nxt is None:
+                nxt = self._read_from(state, self._offsets[token], self._offsets[token + 1])
+            elif not nxt:
+                return None
+        if nxt is not None and keep is not None:
+            keep.put((state, token), nxt, 2 * state_bytes(nxt))
+        return nxt
+
+    def _run(self, top: int, token: int) -> int | tuple[int, int]:
+        """``token``'s bytes read from a top frame in the plain state ``top`` while it stays plain (cached): the new
+        top state when they all are read, -1 when one is rejected, else (the first state that is not plain,
+        where the rest of the token's bytes start in the vocabulary's)."""
+        key = top * self._size + token
+        run = self._runs.get(key)
+        return run if run is not None else self._new_run(top, token, key)
+
+    def _new_run(self, top: int, token: int, key: int) -> int | tuple[int, int]:
+        """:meth:`_run`, not cached yet (``key``: its key)."""
+        trans, data, plain = self._trans, self._data, self._plain
+        at, end = self._offsets[token], self._offsets[token + 1]
+        run = top
+        while at < end:  # an empty token (no vocabulary makes one matchable) reads nothing
+            run = trans[(run << 8) | data[at]]
+            at += 1
+            if run < 0:
+                break
+            if at < end and not plain[run]:
+                run = (run, at)
+                break
+        self._runs.put(key, run, 64)
+        return run
+
+    def _runs_of(self, state: Configs, token: int) -> Configs | None:
+        """Several configurations whose tops are all plain, each reading the whole token while its top stays plain
+        (two parses of one key, say): each takes its run (:meth:`_run`), since the reference reads the
+        configurations of a set one by one (its closure and its byte step are unions over them) and such a set
+        never grows, calls, returns or deepens. The set after the token (deduplicated, sorted as the reference
+        sorts it; empty when every top rejects a byte), or None when some top is not plain, or stops being so
+        before the token's end (:meth:`_read_from` then reads it)."""
+        plain = self._plain
+        out = set()
+        for stack in state:
+            top = stack[-1]
+            if not plain[top]:
+                return None
+            run = self._run(top, token)
+            if type(run) is not int:
+                return None
+            if run >= 0:
+                out.add(stack[:-1] + (run,))
+        return tuple(sorted(out))
+
+    def _read_from(self, state: Configs, at: int, end: int) -> Configs | None:
+        """:meth:`read` of the vocabulary's bytes ``data[at:end]``."""
+        trans, data, plain = self._trans, self._data, self._plain
+        while at < end:
+            if len(state) == 1 and plain[state[0][-1]]:
+                stack = state[0]
+                top = stack[-1]
+                while True:
+                    top = trans[(top << 8) | data[at]]
+                    at += 1
+                    if top < 0:
+                        return None
+                    if at == end or not plain[top]:
+                        break
+                state = (stack[:-1] + (top,),)
+                continue
+            if len(state) > 1 and all(plain[stack[-1]] for stack in state):
+                state, at = self._plain_runs(state, at, end)
+                if not state:
+                    return None
+                continue
+            nxt = self._step(state, data[at])
+            if nxt is None:  # a bound may be crossed: the reference raises exactly where it would
+                return self.machine.read(state, data[at:end]) or None
+            if not nxt:
+                return None
+            state = nxt
+            at += 1
+        return state
+
+    def _plain_runs(self, state: Configs, at: int, end: int) -> tuple[Configs, int]:
+        """Several configurations whose tops are all plain read ``data[at:end]`` while they stay so: each top moves
+        alone, and the set is rebuilt (deduplicated, sorted as the reference sorts it) once, not after every
+        byte. The reference's closure of such a set is the set itself and its depth does not change, so no bound
+        can be crossed. Returns (the configurations, where the rest of the bytes start): empty when every top
+        rejects a byte."""
+        trans, data, plain = self._trans, self._data, self._plain
+        live = list(range(len(state)))
+        tops = [stack[-1] for stack in state]
+        while True:
+            byte = data[at]
+            at += 1
+            alive: list[int] = []
+            moved: list[int] = []
+            stop = False
+            for i, top in zip(live, tops):
+                top = trans[(top << 8) | byte]
+                if top >= 0:
+                    alive.append(i)
+                    moved.append(top)
+                    if not plain[top]:
+                        stop = True
+            live, tops = alive, moved
+            if not live:
+                return (), at
+            if stop or at == end:
+                break
+        return tuple(sorted({state[i][:-1] + (top,) for i, top in zip(live, tops)})), at
+
+    def _step(self, configs: Configs, byte: int) -> Configs | None:
+        """The configurations after one byte, as :meth:`Machine.read` computes them (its closure, then the byte),
+        or None when that could raise (more than :data:`MAX_CONFIGS` in the closure, or a stack deeper than
+        :data:`MAX_STACK_DEPTH`): the caller then runs the reference.
+
+        The closure of a stack ``below + (q,)`` is ``below + s`` for each ``s`` of ``q``'s *local closure* (what
+        pushes and pops reach from ``(q,)`` without popping its own frame), and, when a state of that local
+        closure's bottom frame accepts and ``below`` is not empty, the closure of ``below`` itself. So a byte
+        read from the stack is ``below + x`` for each ``x`` of ``q``'s *local step* (the local closure's stacks
+        after the byte), and the step of ``below`` when ``q``'s frame can return: the local steps depend on
+        (state, byte) alone and are cached per structure, and a stack is only walked down as far as frames
+        return. The union is a set, sorted as the reference sorts it. The closure's size is at most the sum of
+        the local closures' sizes, so where that sum is within :data:`MAX_CONFIGS` the reference cannot raise."""
+        get = self._local.get
+        trans, calls, accepting = self._trans, self._calls, self._accepting
+        out = []
+        bound = 0
+        for stack in configs:
+            depth = len(stack)
+            while True:
+                top = stack[depth - 1]
+                if calls[top]:
+                    entry = get(top << 9 | (byte + 1))
+                    if entry is None:
+                        entry = self._local_step(top, byte)
+                    steps, returns, size = entry
+                    bound += size
+                    if steps:
+                        below = stack[: depth - 1]
+                        for x in steps:
+                            out.append(below + x)
+                else:  # its local closure is itself: no need for the cache
+                    bound += 1
+                    target = trans[(top << 8) | byte]
+                    if target >= 0:
+                        out.append(stack[: depth - 1] + (target,))
+                    returns = accepting[top]
+                if returns and depth > 1:
+                    depth -= 1
+                else:
+                    break
+        if bound > MAX_CONFIGS:
+            return None
+        if len(out) > 1:
+            out = sorted(set(out))
+            if len(out) > 1:
+                return tuple(out) if max(map(len, out)) <= MAX_STACK_DEPTH else None
+        if out and len(out[0]) > MAX_STACK_DEPTH:
+            return None
+        return tuple(out)
+
+    def _local_step(self, state: int, byte: int) -> tuple[tuple[Stack, ...], bool, int]:
+        """(local step, whether the frame can return, size of the local closure) of ``state`` on ``byte``: see
+        :meth:`_step`."""
+        closure, returns, size = self._local_closure(state)
+        trans = self._trans
+        steps: list[Stack] = []
+        for stack in closure:
+            target = trans[(stack[-1] << 8) | byte]
+            if target >= 0:
+                stepped = stack[:-1] + (target,)
+                if stepped not in steps:
+                    steps.append(stepped)
+        entry = (tuple(steps), returns, size)
+        self._local.put(state << 9 | (byte + 1), entry, 64 + state_bytes(entry[0]))
+        return entry
+
+    def _local_closure(self, state: int) -> tuple[tuple[Stack, ...], bool, int]:
+        """(the stacks, whether a bottom frame among them accepts, how many) of what :meth:`Machine.closure`
+        reaches from ``(state,)`` standing on a frame below it, without popping to that frame: its own DFS,
+        with the bottom frame's pops left out and noted. Past :data:`MAX_CONFIGS` stacks it stops with a size
+        over the bound (no stack then has that state on top without a fallback to the reference)."""
+        entry = self._local.get(state << 9)
+        if entry is not None:
+            return entry
+        machine = self.machine
+        call_ptr, call_start, call_return, accepting = machine.call_lists
+        seen: set[Stack] = set()
+        out: list[Stack] = []
+        work: list[Stack] = [(state,)]
+        returns = False
+        while work:
+            stack = work.pop()
+            if stack in seen:
+                continue
+            seen.add(stack)
+            out.append(stack)
+            if len(out) > MAX_CONFIGS:
+                entry = ((), False, MAX_CONFIGS + 1)
+                break
+            top = stack[-1]
+            for k in range(call_ptr[top], call_ptr[top + 1]):
+                work.append(stack[:-1] + (call_return[k], call_start[k]))
+            if accepting[top]:
+                if len(stack) > 1:
+                    work.append(stack[:-1])
+                else:
+                    returns = True
+        else:
+            entry = (tuple(out), returns, len(out))
+        self._local.put(state << 9, entry, 64 + state_bytes(entry[0]))
+        return entry
 
     def can_end(self, state: Configs) -> bool:
         return self.machine.can_end(state)
@@ -444,6 +717,36 @@ class GrammarStructure(CompiledStructure):
     def __repr__(self) -> str:
         rules, states = len(self.pushdown.rules), self.pushdown.num_states
         return f"GrammarStructure({self.source!r}, rules={rules}, states={states}, vocab={self.vocab.size:,})"
+
+
+class GrammarMatcher(Matcher):
+    """A :class:`~constrain.runtime.matcher.Matcher` of a :class:`GrammarStructure`, whose ``advance`` takes the
+    most common step itself: one configuration whose plain top frame reads the whole token while it stays plain
+    (inside a key, a string, a literal), from the structure's runs (:meth:`GrammarStructure._run`), whatever
+    lies below the top and whether or not this stack read the token before. Anything else goes the way of every
+    matcher (the transition cache, then :meth:`GrammarStructure.transition`), and so does a token the run
+    rejects, for the error that says why. The checks of a token come first, as they do for every matcher."""
+
+    __slots__ = ()
+
+    def advance(self, tokens: int | Iterable[int]) -> None:
+        if type(tokens) is int:
+            step = self._step
+            state = step[0]
+            if type(state) is tuple and len(state) == 1:  # not finished, one configuration
+                s = self.structure
+                stack = state[0]
+                top = stack[-1]
+                size = s._size
+                if s._plain[top] and 0 <= tokens < size and s._readable[tokens]:
+                    key = top * size + tokens
+                    run = s._runs.get(key)
+                    if run is None:
+                        run = s._new_run(top, tokens, key)
+                    if type(run) is int and run >= 0:
+                        self._step = ((stack[:-1] + (run,),), step, step[2] + 1)
+                        return
+        Matcher.advance(self, tokens)
 
 
 def compile_grammar(
