@@ -174,14 +174,22 @@ def _finalize(rules: dict[str, Expr], start: str, library: set[str], origins: Ma
     rules = pruned
     # An alias cycle (A = B | x, B = A | y) is a schema applied to the same value again through references and
     # branches: a validator follows it forever, so no value can be shown valid.
-    alias_edges = {
-        name: {o.rule for o in _options(body) if isinstance(o, Ref) and o.rule in rules and o.rule not in library}
-        for name, body in rules.items()
-        if name not in library
-    }
+    alias_edges: dict[str, set[str]] = {}
+    for name, body in rules.items():
+        if name in library:
+            continue
+        if type(body) is Ref:
+            targets = {body.rule}
+        elif type(body) is Alt:
+            targets = {o.rule for o in body.items if type(o) is Ref}
+        else:
+            continue  # no alias edge (most rules): on no cycle
+        targets = {t for t in targets if t in rules and t not in library}
+        if targets:
+            alias_edges[name] = targets
     for comp in _sccs(_cyclic_part(alias_edges)):
         name = min(comp)
-        if len(comp) > 1 or name in alias_edges[name]:
+        if len(comp) > 1 or name in alias_edges.get(name, ()):
             raise JsonSchemaError(
                 "its references lead back to it, through branches, without descending into the value: a validator "
                 "never finishes",
@@ -192,13 +200,18 @@ def _finalize(rules: dict[str, Expr], start: str, library: set[str], origins: Ma
 
 def _cyclic_part(graph: Mapping[str, set[str]]) -> dict[str, set[str]]:
     """``graph`` without the nodes that reach no cycle (a node reaching none is on none): almost every grammar
-    has no alias cycle, and this is cheaper than finding the components."""
+    has no alias cycle, and this is cheaper than finding the components. A target that is not a key of ``graph``
+    has no edge out."""
     out_degree = {name: len(targets) for name, targets in graph.items()}
     sources: dict[str, list[str]] = defaultdict(list)
+    sinks: set[str] = set()
     for name, targets in graph.items():
         for target in targets:
             sources[target].append(name)
-    work = [name for name, degree in out_degree.items() if degree == 0]
+            if target not in graph:
+                sinks.add(target)
+    work = list(sinks)
+    work.extend(name for name, degree in out_degree.items() if degree == 0)
     while work:
         for source in sources[work.pop()]:
             out_degree[source] -= 1
