@@ -194,7 +194,16 @@ def regex_to_dfa(pattern: str) -> ByteDFA:
     per process, bounded in bytes: one automaton may take a hundred megabytes."""
     tree = _parse(pattern)
     if _has_lookaround(tree):
-        dfa = _tree_dfas(pattern, tree, REFlags(0), both=False)[0]
+        refused = _LOOKAROUND_REFUSED.get(pattern)
+        if refused is not None:  # the construction is slow to fail: a pattern met again is refused at once
+            raise AutomatonTooLarge(refused)
+        try:
+            dfa = _tree_dfas(pattern, tree, REFlags(0), both=False)[0]
+        except AutomatonTooLarge as exc:
+            if len(_LOOKAROUND_REFUSED) >= 256:
+                _LOOKAROUND_REFUSED.pop(next(iter(_LOOKAROUND_REFUSED)))
+            _LOOKAROUND_REFUSED[pattern] = str(exc)
+            raise
     else:
         nfa = ByteNFA()
         start, accept = nfa.new_state(), nfa.new_state()
@@ -262,10 +271,13 @@ LOOK = END + 1
 #: Most DFA states a regex with lookahead may have before it is minimised, and most (state, obligations) pairs
 #: all those states may hold together: the construction runs in Python, so it is bounded well below
 #: :data:`~constrain.automata.limits.MAX_DFA_STATES`; past either, AutomatonTooLarge.
-MAX_LOOKAROUND_STATES = 20_000
-MAX_LOOKAROUND_MEMBERS = 1_000_000
+MAX_LOOKAROUND_STATES = 10_000
+MAX_LOOKAROUND_MEMBERS = 500_000
 
 _ANY_STAR = _Repeated(_CharGroup(frozenset(), True), 0, None)
+
+#: Lookahead patterns found too large, with the error: the most recent 256.
+_LOOKAROUND_REFUSED: dict[str, str] = {}
 
 
 def _has_lookaround(node) -> bool:

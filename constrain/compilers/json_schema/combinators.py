@@ -57,8 +57,10 @@ def _disjoint(a: dict, b: dict) -> bool:
 MAX_ONE_OF_COMBINATIONS = 128
 #: Most branches of a ``oneOf`` made exclusive by negation (each pair is tested for a common value).
 MAX_ONE_OF_BRANCHES = 32
-#: Most trial compiles (is this conjunction satisfiable?) making one ``oneOf`` exclusive may take.
+#: Most trial compiles (is this conjunction satisfiable?) making one ``oneOf`` exclusive may take, and most rules
+#: (conjunctions) they may make in all: a bound on the work that counts the same on every machine.
 MAX_ONE_OF_PROBES = 4000
+MAX_ONE_OF_PROBE_RULES = 6000
 
 #: The bound of a shape that the negation of a count keyword tightens: not ``minLength: n`` is ``maxLength: n - 1``.
 _NEGATED_COUNTS = {
@@ -286,12 +288,14 @@ class _Combinators:
         negations: dict[int, list[tuple[_Part, ...]]] = {}
         out: list[tuple[_Part, ...]] = []
         probes = [0]
+        made = len(self.memo)
 
         def holds(parts: tuple[_Part, ...]) -> bool:
             probes[0] += 1
-            if probes[0] > MAX_ONE_OF_PROBES:
+            if probes[0] > MAX_ONE_OF_PROBES or len(self.memo) - made > MAX_ONE_OF_PROBE_RULES:
                 raise _NotNegatable(
-                    f"the oneOf branches need more than {MAX_ONE_OF_PROBES} trial compiles to be made exclusive"
+                    f"the oneOf branches need more than {MAX_ONE_OF_PROBES} trial compiles (or "
+                    f"{MAX_ONE_OF_PROBE_RULES} trial rules) to be made exclusive"
                 )
             return self.can_hold(parts)
 

@@ -25,7 +25,7 @@ from constrain.errors import JsonSchemaError
 from constrain.grammar.rules import build_pushdown
 from constrain.runtime.pushdown import Machine
 
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def compiled(schema) -> Machine | None:
