@@ -259,6 +259,7 @@ class CacheBudget:
         self._order: OrderedDict[tuple[int, Hashable], int] = OrderedDict()  # (cache number, key) -> bytes
         self._caches: dict[int, weakref.ref[BoundedCache]] = {}
         self._held: dict[int, int] = {}  # cache number -> bytes
+        self._keys: dict[int, set[Hashable]] = {}  # cache number -> its keys in the order
         self._bytes = 0
         self._next = 0
         self._lock = threading.Lock()
@@ -274,6 +275,7 @@ class CacheBudget:
             self._next += 1
             self._caches[number] = weakref.ref(cache)
             self._held[number] = 0
+            self._keys[number] = set()
         weakref.finalize(cache, self._forget, number)
         return number
 
@@ -281,11 +283,14 @@ class CacheBudget:
         with self._lock:
             self._caches.pop(number, None)
             self._bytes -= self._held.pop(number, 0)
-            for entry in [entry for entry in self._order if entry[0] == number]:
-                del self._order[entry]
+            for key in self._keys.pop(number, ()):
+                self._order.pop((number, key), None)
 
-    def _release(self, number: int, nbytes: int) -> None:
+    def _release(self, number: int, key: Hashable, nbytes: int) -> None:
         """Take an entry's bytes off the total (under the lock)."""
+        keys = self._keys.get(number)
+        if keys is not None:
+            keys.discard(key)
         if number in self._held:
             self._held[number] -= nbytes
             self._bytes -= nbytes
@@ -298,13 +303,14 @@ class CacheBudget:
                 return
             old = self._order.pop((number, key), None)
             if old is not None:
-                self._release(number, old)
+                self._release(number, key, old)
             self._order[(number, key)] = nbytes
+            self._keys[number].add(key)
             self._bytes += nbytes
             self._held[number] += nbytes
             while self._bytes > self.max_bytes and len(self._order) > 1:
                 (victim, victim_key), freed = self._order.popitem(last=False)
-                self._release(victim, freed)
+                self._release(victim, victim_key, freed)
                 victims.append((victim, victim_key))
             refs = [(self._caches.get(v), k) for v, k in victims]
         for ref, victim_key in refs:  # outside the budget's lock: a cache never waits on it while holding its own
@@ -321,7 +327,7 @@ class CacheBudget:
         with self._lock:
             freed = self._order.pop((number, key), None)
             if freed is not None:
-                self._release(number, freed)
+                self._release(number, key, freed)
 
     def shrink(self) -> None:
         """Evict down to ``max_bytes`` now (after the bound was lowered)."""
@@ -329,7 +335,7 @@ class CacheBudget:
             victims = []
             while self._bytes > self.max_bytes and self._order:
                 (victim, key), freed = self._order.popitem(last=False)
-                self._release(victim, freed)
+                self._release(victim, key, freed)
                 victims.append((self._caches.get(victim), key))
         for ref, key in victims:
             cache = ref() if ref is not None else None
