@@ -17,10 +17,11 @@ class RegexError(StructureError):
     """A regular expression is malformed or uses a construct outside the supported subset.
 
     ``position`` is the 0-based character offset in ``pattern`` where the problem starts (or None when the
-    whole pattern is at fault).
+    whole pattern is at fault); ``reason`` is the message without the place.
     """
 
     def __init__(self, message: str, pattern: str, position: int | None = None):
+        self.reason = message
         self.pattern = pattern
         self.position = position
         where = f" at position {position}" if position is not None else ""

@@ -214,6 +214,12 @@ def regex_to_dfa(pattern: str) -> ByteDFA:
     return dfa
 
 
+def check_regex(pattern: str) -> None:
+    """RegexError unless ``pattern`` parses on its own: for callers that embed it in a larger regex, where an
+    unbalanced ``)`` would otherwise close their group and change its meaning."""
+    _parse(pattern)
+
+
 def add_regex(nfa: ByteNFA, pattern: str, src: int, dst: int, *, anchors: bool = True) -> None:
     """Add to ``nfa`` a path from ``src`` to ``dst`` for each full match of ``pattern`` (a grammar terminal, or a
     whole regex structure). ``anchors=False`` refuses ``^ $ \\A \\Z``, which mean nothing inside a grammar, and

@@ -25,6 +25,7 @@ from constrain.runtime.masks import (
     DEFAULT_CACHE_BYTES,
     MaskCache,
     StateMasks,
+    check_cache_bytes,
 )
 from constrain.vocab.vocabulary import Vocabulary
 
@@ -140,6 +141,7 @@ class CompiledStructure:
     transitions: TransitionCache
 
     def __init__(self, vocab: Vocabulary, *, source: str = "", cache_bytes: int = DEFAULT_CACHE_BYTES):
+        check_cache_bytes(cache_bytes)
         self.vocab = vocab
         self.source = source
         self.eos_ids = frozenset(int(t) for t in vocab.eos_ids)

@@ -572,6 +572,21 @@ def test_errors_name_the_pointer_and_keyword(schema, pointer, keyword):
         assert repr(keyword) in str(error) and repr(pointer) in str(error)
 
 
+@pytest.mark.parametrize(
+    ("pattern", "position"),
+    [("a)|(?:b", 1), ("a)", 1), ("(a)\\1", 3), ("x(?<=a)b", 1), ("[a", 0)],
+)
+def test_a_bad_pattern_is_refused_at_its_own_position(pattern, position):
+    """A pattern is searched for inside a larger regex; it must still parse alone (``a)|(?:b`` would otherwise
+    close the search's group and compile to another language) and its error must point into it."""
+    with pytest.raises(JsonSchemaError) as info:
+        schema_to_grammar({"type": "string", "pattern": pattern})
+    assert info.value.pointer == "/pattern"
+    message = str(info.value)
+    assert f"at position {position} in regex {pattern!r}" in message, message
+    assert "(?s:.)" not in message
+
+
 def test_unsatisfiable_messages_say_why():
     with pytest.raises(JsonSchemaError, match="minimum 10 and maximum 5 leave no number"):
         schema_to_grammar(
