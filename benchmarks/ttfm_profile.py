@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/ttfm_profile.py --out /tmp/profile.json     # every dev-set schema
     .venv/bin/python benchmarks/ttfm_profile.py --sample 300 --cprofile 40  # a sample, cProfile of its p90-p99
+    .venv/bin/python benchmarks/ttfm_profile.py --sample 300 --cprofile 40 --band 0.25,0.75
 
 Each schema is compiled with the Gemma tokenizer's vocabulary, a matcher made and its first mask computed (TTFM,
 as ``benchmarks/maskbench.py`` measures it), with the time split by ``time.perf_counter`` around each phase:
@@ -142,7 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=7, help="seed of the sample (default 7)")
     p.add_argument("--limit", type=int, help="the first N schemas only")
     p.add_argument("--names", help="only these schemas (comma-separated names)")
-    p.add_argument("--cprofile", type=int, default=0, help="print cProfile's N top functions over the p90-p99 band")
+    p.add_argument("--cprofile", type=int, default=0, help="print cProfile's N top functions over one band")
+    p.add_argument(
+        "--band", default="0.9,0.99", help="the band --cprofile reads, as quantiles of TTFM (default 0.9,0.99)"
+    )
     args = p.parse_args(argv)
 
     import maskbench as mb
@@ -204,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         band = [r for r in done if a <= r["ttfm"] <= b]
         report(band, f"p{100 * lo:g}-p{100 * hi:g} band")
     if args.cprofile:
-        a, b = np.quantile(times, 0.9), np.quantile(times, 0.99)
+        a, b = np.quantile(times, [float(q) for q in args.band.split(",")])
         stats = None
         for r in done:
             if a <= r["ttfm"] <= b:

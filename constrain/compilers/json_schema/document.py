@@ -179,11 +179,14 @@ class _Document:
         self.nodes: dict[str, Any] = {"": schema}
         self.resolvers: dict[str, Any] = {"": self.root_resolver}
         self.synthetic: dict[str, Any] = {}
+        #: The pointer of each synthetic node by (origin, its JSON text): one node per meaning and origin.
+        self._synthetic_at: dict[tuple[str, str], str] = {}
         self._validator = None
         #: Per (pointer, negated keyword): the schema a part means and its JSON text when it refers to nothing.
         self._standalone: dict[tuple[str, tuple | None], tuple[Any, str] | None] = {}
-        #: Verdicts by (schema text, instance text), for parts that refer to nothing.
-        self._verdicts: dict[tuple[str, str], bool] = {}
+        #: Verdicts by (schema text, instance text) for parts that refer to nothing, else by (pointer, negated
+        #: keyword, instance text).
+        self._verdicts: dict[tuple, bool] = {}
 
     def specification(self, name: str) -> Any:
         """The total specification (:func:`_total_specification`) of dialect ``name``, made when first needed:
@@ -257,13 +260,12 @@ class _Document:
         return node
 
     def add_synthetic(self, origin: str, node: Mapping) -> str:
-        key = json.dumps(node, sort_keys=True)
-        for ptr, existing in self.synthetic.items():
-            if ptr.startswith(origin + "/~s") and json.dumps(existing, sort_keys=True) == key:
-                return ptr
-        ptr = f"{origin}/~s{len(self.synthetic)}"
-        self.synthetic[ptr] = node
-        self.nodes[ptr] = node
+        key = (origin, json.dumps(node, sort_keys=True))
+        ptr = self._synthetic_at.get(key)
+        if ptr is None:
+            ptr = self._synthetic_at[key] = f"{origin}/~s{len(self.synthetic)}"
+            self.synthetic[ptr] = node
+            self.nodes[ptr] = node
         return ptr
 
     def is_synthetic(self, ptr: str) -> bool:
@@ -411,20 +413,20 @@ class _Document:
         return schema
 
     def is_valid(self, parts: Sequence[_Part], value: Any) -> bool:
+        """Whether ``value`` satisfies every part. Verdicts are kept per part and value (a part means the same
+        wherever it appears: each trial conjunction of an exclusive ``oneOf`` checks the same enum values against
+        the same negated branches again), and per schema text for parts without references (see
+        :meth:`standalone`)."""
         validator = self.validator()
-        instance = None
+        instance = json.dumps(value, sort_keys=True)
         for part in parts:
-            _check_time(part.ptr)  # jsonschema's own time is unbounded: a large enum against a large schema
             standalone = self.standalone(part)
-            if standalone is None:
-                if not validator.evolve(schema=self.validation_schema(part)).is_valid(value):
-                    return False
-                continue
-            schema, text = standalone
-            instance = instance if instance is not None else json.dumps(value)
-            verdict = self._verdicts.get((text, instance))
+            key = (part.ptr, part.neg, instance) if standalone is None else (standalone[1], instance)
+            verdict = self._verdicts.get(key)
             if verdict is None:
-                verdict = self._verdicts[(text, instance)] = validator.evolve(schema=schema).is_valid(value)
+                _check_time(part.ptr)  # jsonschema's own time is unbounded: a large enum against a large schema
+                schema = self.validation_schema(part) if standalone is None else standalone[0]
+                verdict = self._verdicts[key] = validator.evolve(schema=schema).is_valid(value)
             if not verdict:
                 return False
         return True
