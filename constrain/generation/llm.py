@@ -18,18 +18,21 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from constrain.compilers.output_types import OutputType, output_type
+from constrain.decoding import selection
 from constrain.decoding.forcing import FastForward
 from constrain.decoding.loop import DecodedRow, Decoding, FinishReason
 from constrain.decoding.params import SamplingParams
+from constrain.decoding.selection import Candidate, Score, Selection, Utility, Weights, row_seeds
 from constrain.decoding.speculative import Speculation
-from constrain.errors import ArgumentError, IncompleteOutputError
+from constrain.errors import ArgumentError, IncompleteOutputError, OutputValidationError
 from constrain.generation.backends import Backend, open_backend
 from constrain.generation.prompts import PLAIN_CHAT_STOP, render, split_batch
 from constrain.generation.streaming import TextStream
@@ -42,6 +45,9 @@ if TYPE_CHECKING:
 
 #: The sampling of a call that names none: greedy.
 GREEDY = SamplingParams(temperature=0.0)
+#: The sampling of the candidates of best-of-n, self-consistency and MBR when a call names none: the model's
+#: distribution under the structure.
+SEARCH_SAMPLING = SamplingParams(temperature=1.0)
 
 
 @dataclass(frozen=True)
@@ -260,6 +266,129 @@ class LLM:
         finally:
             await worker
 
+    # -- choosing among candidates -------------------------------------------------------------------------------
+
+    def candidates(
+        self,
+        prompt: Any,
+        output_type: Any = None,
+        *,
+        n: int = 8,
+        sampling: SamplingParams | None = None,
+        max_new_tokens: int = 256,
+        strict: bool = True,
+        fast_forward: FastForward | None = None,
+        **sampling_fields: Any,
+    ) -> list[Candidate]:
+        """Sample ``n`` outputs of one prompt in one batch, each with its tokens' log-probabilities under the
+        structure (the model's distribution, untempered): :class:`~constrain.decoding.selection.Candidate` objects.
+
+        The sampling defaults to temperature 1.0 (under greedy decoding the n outputs are equal). Row ``i`` draws
+        with the seed ``row_seeds(seed, n)[i]`` (:func:`~constrain.decoding.selection.row_seeds`), so it is what
+        :meth:`complete` gives alone with that seed, and a call with a ``seed`` is reproducible. A row that
+        ``max_new_tokens`` cut before its structure was complete has ``excluded="length"``, one whose value a
+        validator refused ``excluded="invalid"``; both have ``value`` None. Other options: those of :meth:`generate`.
+        """
+        prompts, batch = split_batch(prompt)
+        if batch:
+            raise ArgumentError("prompt", prompt, "one prompt or chat: the candidates are n samples of it")
+        resolved, structure = self._resolve(output_type, strict)
+        params = _sampling(sampling if sampling is not None else SEARCH_SAMPLING, sampling_fields)
+        rows = [params.replace(seed=seed) for seed in row_seeds(params.seed, n)]
+        ids = self.backend.encode(render(prompts[0], self._chat_template()))
+        step = self.backend.max_batch or n
+        found: list[Candidate] = []
+        for start in range(0, n, step):
+            chunk = rows[start : start + step]
+            with self._lock:
+                decoding = self._decoding(
+                    [ids] * len(chunk), resolved, structure, chunk, max_new_tokens, fast_forward, None, logprobs=0
+                )
+                found.extend(self._candidate(row, resolved) for row in decoding.run())
+        return found
+
+    def best_of(
+        self,
+        prompt: Any,
+        output_type: Any = None,
+        *,
+        n: int = 8,
+        score: Score = "mean",
+        sampling: SamplingParams | None = None,
+        max_new_tokens: int = 256,
+        strict: bool = True,
+        fast_forward: FastForward | None = None,
+        **sampling_fields: Any,
+    ) -> Selection:
+        """Sample ``n`` candidates (:meth:`candidates`) and return the best by ``score``: ``"mean"`` log-probability
+        per token, ``"sum"`` of log-probabilities, or a function of a Candidate (higher is better). See
+        :func:`constrain.decoding.selection.best_of`; ``.value`` is the chosen validated value."""
+        selection.scorer(score)
+        found = self.candidates(
+            prompt, output_type, n=n, sampling=sampling, max_new_tokens=max_new_tokens, strict=strict,
+            fast_forward=fast_forward, **sampling_fields,
+        )  # fmt: skip
+        return selection.best_of(_usable(found), score)
+
+    def self_consistency(
+        self,
+        prompt: Any,
+        output_type: Any = None,
+        *,
+        n: int = 8,
+        by: Literal["object", "field"] = "object",
+        sampling: SamplingParams | None = None,
+        max_new_tokens: int = 256,
+        strict: bool = True,
+        fast_forward: FastForward | None = None,
+        **sampling_fields: Any,
+    ) -> Selection:
+        """Sample ``n`` candidates (:meth:`candidates`) and return the majority: the most frequent whole value
+        (``by="object"``), or for a JSON output type each field's most frequent value (``by="field"``, validated
+        again; a combination the type refuses falls back to the whole-value winner). ``.confidence`` is the share
+        of votes of the winning value, ``.fields`` the vote on each field. See
+        :func:`constrain.decoding.selection.self_consistency`."""
+        if by not in ("object", "field"):
+            raise ArgumentError("by", by, "'object' (whole values) or 'field' (each field of a JSON object)")
+        resolved = self._resolve(output_type, strict)[0]
+        if by == "field" and not resolved.is_json:
+            raise ArgumentError("by", by, "'object' unless the output type is JSON")
+        found = self.candidates(
+            prompt, output_type, n=n, sampling=sampling, max_new_tokens=max_new_tokens, strict=strict,
+            fast_forward=fast_forward, **sampling_fields,
+        )  # fmt: skip
+        return selection.self_consistency(_usable(found), by, validate=lambda data: resolved.parse(json.dumps(data)))
+
+    def mbr(
+        self,
+        prompt: Any,
+        output_type: Any = None,
+        *,
+        n: int = 8,
+        utility: Utility = "f1",
+        weights: Weights = "uniform",
+        sampling: SamplingParams | None = None,
+        max_new_tokens: int = 256,
+        strict: bool = True,
+        fast_forward: FastForward | None = None,
+        **sampling_fields: Any,
+    ) -> Selection:
+        """Sample ``n`` candidates (:meth:`candidates`, at most
+        :data:`~constrain.decoding.selection.MAX_MBR_CANDIDATES`) and return the one of highest expected
+        ``utility`` against the others (minimum Bayes risk): ``"f1"`` (token F1 of the texts), ``"exact"``,
+        ``"edit"`` (normalised edit similarity), ``"fields"`` (agreement of JSON fields) or a function ``(a, b) ->
+        float`` of two Candidates; ``weights``: ``"uniform"`` or ``"probability"``. See
+        :func:`constrain.decoding.selection.mbr`."""
+        selection.check_mbr_size(n)
+        selection.utility_function(utility)
+        if weights not in ("uniform", "probability"):
+            raise ArgumentError("weights", weights, "'uniform' or 'probability'")
+        found = self.candidates(
+            prompt, output_type, n=n, sampling=sampling, max_new_tokens=max_new_tokens, strict=strict,
+            fast_forward=fast_forward, **sampling_fields,
+        )  # fmt: skip
+        return selection.mbr(_usable(found), utility, weights)
+
     # -- tools ---------------------------------------------------------------------------------------------------
 
     def respond(
@@ -332,10 +461,11 @@ class LLM:
         ids: list[list[int]],
         resolved: OutputType,
         structure: CompiledStructure | None,
-        params: SamplingParams,
+        params: SamplingParams | Sequence[SamplingParams],
         max_new_tokens: int,
         fast_forward: FastForward | None,
         speculation: Speculation | None,
+        logprobs: int | None = None,
     ) -> Decoding:
         if fast_forward is None:
             fast_forward = "text" if resolved.is_json else "tokens"
@@ -349,7 +479,22 @@ class LLM:
             fast_forward=fast_forward,
             tokenize=self.backend.tokenize,
             speculation=speculation,
+            logprobs=logprobs,
         )
+
+    def _candidate(self, row: DecodedRow, resolved: OutputType) -> Candidate:
+        """A decoded row as a candidate: its value and plain data read from the text, or why it is excluded."""
+        text = self.vocab.decode(row.tokens).decode("utf-8", errors="replace")
+        logprobs = [t.logprob for t in row.logprobs or ()]
+        if not row.complete:
+            return Candidate(text, None, row.tokens, logprobs, data=None, excluded="length")
+        try:
+            value = resolved.parse(text)
+        except OutputValidationError:
+            return Candidate(text, None, row.tokens, logprobs, data=None, excluded="invalid")
+        if resolved.is_json:  # the data as written, so that a combination of fields parses as the text did
+            return Candidate(text, value, row.tokens, logprobs, data=json.loads(text))
+        return Candidate(text, value, row.tokens, logprobs)
 
     def _finish(self, row: DecodedRow, resolved: OutputType, seconds: float) -> Completion:
         text = self.vocab.decode(row.tokens).decode("utf-8", errors="replace")
@@ -362,6 +507,17 @@ class LLM:
             )
         value = resolved.parse(text)
         return Completion(text, value, list(row.tokens), row.finish_reason or "stop", row.prompt_tokens, seconds)
+
+
+def _usable(found: list[Candidate]) -> list[Candidate]:
+    """``found``, when one candidate at least takes part; otherwise the error :meth:`LLM.generate` would raise."""
+    if any(c.excluded is None for c in found):
+        return found
+    first = found[0]
+    if first.excluded == "length":
+        message = f"all {len(found)} candidates stopped at max_new_tokens before the structure was complete"
+        raise IncompleteOutputError(f"{message}; raise max_new_tokens", first.text, list(first.tokens))
+    raise OutputValidationError(f"the type's validation refused all {len(found)} candidates", first.text)
 
 
 def _stop_strings(stop: str | Sequence[str] | None, plain_chat: bool) -> list[str]:
