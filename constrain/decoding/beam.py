@@ -30,7 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from constrain.decoding.transforms import log_softmax
+from constrain.decoding.contrastive import Contrastive, contrastive_scores
+from constrain.decoding.loop import MAX_TOP_LOGPROBS, TokenLogprob, _token_logprob
+from constrain.decoding.transforms import entropy, log_softmax
 from constrain.errors import BeamSearchError, DeadEndError, ShapeError, TokenError
 
 __all__ = ["BeamHypothesis", "BeamSearchError", "beam_search", "model_next_logits"]
@@ -41,23 +43,29 @@ class BeamHypothesis:
     """One result of :func:`beam_search`.
 
     ``tokens``: the generated tokens (the prompt excluded, the end token included when ``finished``).
-    ``log_prob``: the sum of their log-probabilities. ``score``: ``log_prob / len(tokens) ** length_penalty``.
-    ``finished``: whether it ended with an end-of-sequence token.
+    ``log_prob``: the sum of their log-probabilities under the structure. ``score``: the ranked objective,
+    ``log_prob / len(tokens) ** length_penalty`` (under contrastive decoding the sum of contrastive scores takes
+    the place of ``log_prob``). ``finished``: whether it ended with an end-of-sequence token. ``logprobs``: one
+    :class:`TokenLogprob` per token when asked for (``sampled_logprob`` None: beam search draws nothing), else
+    None.
     """
 
     tokens: tuple[int, ...]
     log_prob: float
     score: float
     finished: bool
+    logprobs: list[TokenLogprob] | None = None
 
 
 class _Beam:
-    __slots__ = ("tokens", "log_prob", "matcher")
+    __slots__ = ("tokens", "log_prob", "objective", "matcher", "records")
 
-    def __init__(self, tokens: tuple[int, ...], log_prob: float, matcher: Any):
+    def __init__(self, tokens: tuple[int, ...], log_prob: float, objective: float, matcher: Any, records: tuple):
         self.tokens = tokens
         self.log_prob = log_prob
+        self.objective = objective  # what ranks the beam: log_prob, or the sum of contrastive scores
         self.matcher = matcher
+        self.records = records
 
 
 def _is_torch_module(obj: Any) -> bool:
@@ -155,6 +163,10 @@ def beam_search(
     structure: Any = None,
     early_stopping: bool = True,
     return_unfinished: bool | None = None,
+    num_beam_groups: int = 1,
+    diversity_penalty: float = 0.0,
+    contrastive: Contrastive | None = None,
+    logprobs: int | None = None,
 ) -> list[BeamHypothesis]:
     """Beam search over ``model``: a ``next_logits(prefixes) -> (n, V) logits`` callable or a transformers
     causal LM.
@@ -167,8 +179,16 @@ def beam_search(
     ``max_new_tokens`` are returned too (``finished=False``); by default yes without a structure, and with a
     structure only those whose text is already a complete match.
 
-    Returns up to ``num_return_sequences`` :class:`BeamHypothesis`, best score first (ties: lower token ids first).
-    Raises :class:`~constrain.errors.DeadEndError` if every beam dies before any hypothesis is complete.
+    ``num_beam_groups``: diverse beam search, ``num_beams / num_beam_groups`` beams per group (it must divide);
+    ``diversity_penalty``: how much a token's candidate score in a group drops for each beam of an earlier group
+    that went on with that token at the same step (Hamming diversity, >= 0). ``contrastive``: rank beams by the sum
+    of contrastive scores instead of log-probabilities (:class:`Contrastive`; its amateur is a ``next_logits``
+    callable, a transformers model, or a temperature). ``logprobs``: None, or how many alternatives (0 to 20) each
+    token's :class:`TokenLogprob` lists in ``BeamHypothesis.logprobs``.
+
+    Returns up to ``num_return_sequences`` :class:`BeamHypothesis`, best score first (ties: lower token ids first),
+    no two with the same tokens. Raises :class:`~constrain.errors.DeadEndError` if every beam dies before any
+    hypothesis is complete.
     """
     if isinstance(num_beams, bool) or not isinstance(num_beams, (int, np.integer)) or num_beams < 1:
         raise BeamSearchError("num_beams", num_beams, "must be an int >= 1")
@@ -182,67 +202,143 @@ def beam_search(
         raise BeamSearchError("num_return_sequences", num_return_sequences, f"must be an int in [1, {num_beams}]")
     if not isinstance(length_penalty, (int, float)) or not math.isfinite(length_penalty):
         raise BeamSearchError("length_penalty", length_penalty, "must be a finite number")
-    num_beams, max_new_tokens = int(num_beams), int(max_new_tokens)
+    if not _is_int(num_beam_groups) or num_beam_groups < 1 or num_beams % num_beam_groups:
+        raise BeamSearchError("num_beam_groups", num_beam_groups, f"must be an int >= 1 dividing {num_beams}")
+    if (
+        isinstance(diversity_penalty, bool)
+        or not isinstance(diversity_penalty, (int, float))
+        or not 0.0 <= diversity_penalty < math.inf
+    ):
+        raise BeamSearchError("diversity_penalty", diversity_penalty, "must be a finite number >= 0")
+    if logprobs is not None and (not _is_int(logprobs) or not 0 <= logprobs <= MAX_TOP_LOGPROBS):
+        raise BeamSearchError("logprobs", logprobs, f"must be None or an int in [0, {MAX_TOP_LOGPROBS}]")
+    if contrastive is not None and not isinstance(contrastive, Contrastive):
+        raise BeamSearchError("contrastive", contrastive, "must be a Contrastive(amateur=..., alpha=...)")
+    num_beams, max_new_tokens, group_size = int(num_beams), int(max_new_tokens), int(num_beams // num_beam_groups)
 
-    next_logits = model_next_logits(model) if _is_torch_module(model) else model
-    if not callable(next_logits):
-        raise BeamSearchError("model", model, "a next_logits(prefixes) callable or a torch module")
+    next_logits = _next_logits(model, "model")
+    amateur = None
+    if contrastive is not None and contrastive.amateur is not None:
+        amateur = _next_logits(contrastive.amateur, "contrastive")
     factory = _matcher_factory(structure)
     root = factory() if factory is not None else None
     eos = _eos_set(eos_token_id, root)
     if return_unfinished is None:
         return_unfinished = True if root is None else "accepting"
+    # contrastive scores can be positive: the bound of early stopping needs scores that only decrease
+    early_stopping = early_stopping and contrastive is None
     prompt = [int(t) for t in prompt]
+    groups = [_Group([_Beam((), 0.0, 0.0, root, ())]) for _ in range(int(num_beam_groups))]
 
-    beams = [_Beam((), 0.0, root)]
-    hyps: list[tuple[float, tuple[int, ...], float, bool]] = []  # (score, tokens, log_prob, finished)
-
-    def add_hyp(tokens: tuple[int, ...], log_prob: float, finished: bool) -> None:
-        hyps.append((_length_score(log_prob, len(tokens), length_penalty), tokens, log_prob, finished))
-
-    finished_scores: list[float] = []
     for step in range(max_new_tokens):
-        logits = next_logits([prompt + list(b.tokens) for b in beams])
-        if hasattr(logits, "detach"):  # torch
-            torch = sys.modules["torch"]
-            logits = logits.detach()
-            if logits.dtype not in (torch.float32, torch.float64):
-                logits = logits.float()
-            logits = logits.cpu().numpy()
-        logits = np.array(logits, dtype=np.float64)
-        if logits.ndim != 2 or logits.shape[0] != len(beams):
-            raise ShapeError(
-                f"next_logits returned shape {logits.shape} for {len(beams)} prefixes; expected ({len(beams)}, V)"
-            )
-        if np.isnan(logits).any():
-            raise ShapeError("next_logits returned NaN logits")
-        V = logits.shape[1]
-        if root is not None:
-            _mask_rows(logits, [b.matcher for b in beams])
-        logp = log_softmax(logits, axis=1)
-        cand = logp + np.array([b.log_prob for b in beams])[:, None]
-        flat = cand.ravel()
-        n_finite = int(np.count_nonzero(flat > -np.inf))
-        if n_finite == 0:
-            beams = []
+        live = [g for g in groups if g.beams]
+        if not live:
             break
-        # enough candidates to fill num_beams live beams even if each beam's end tokens rank first
-        need = min(n_finite, num_beams * (1 + len(eos)))
-        if need < flat.size:
-            top = np.argpartition(-flat, need - 1)[:need]
-        else:
-            top = np.arange(flat.size)
-        top = top[np.lexsort((top, -flat[top]))]  # best first; ties by (beam, token)
+        prefixes = [prompt + list(b.tokens) for g in live for b in g.beams]
+        logits = _float_logits(next_logits(prefixes), len(prefixes), "next_logits")
+        raw = logits.copy() if logprobs is not None else None
+        if root is not None:
+            _mask_rows(logits, [b.matcher for g in live for b in g.beams])
+        logp = log_softmax(logits, axis=1)
+        gains = logp
+        if contrastive is not None:
+            if amateur is not None:
+                weak = _float_logits(amateur(prefixes), len(prefixes), "the amateur")
+            else:
+                weak = contrastive.amateur_logits(logits)
+            if weak.shape != logits.shape:
+                raise ShapeError(f"the amateur returned shape {weak.shape}, the model {logits.shape}")
+            gains = contrastive_scores(logits, weak, alpha=contrastive.alpha)  # logits are masked already
+        chosen = np.zeros(logits.shape[1])  # per token, beams of earlier groups that went on with it this step
+        offset = 0
+        for g in live:
+            rows = slice(offset, offset + len(g.beams))
+            offset += len(g.beams)
+            records = _Records(raw[rows], logp[rows], logprobs) if raw is not None else None
+            g.step(logp[rows], gains[rows], diversity_penalty * chosen, eos, group_size, length_penalty, records)
+            for b in g.beams:
+                chosen[b.tokens[-1]] += 1
+            if early_stopping:
+                g.stop_if_settled(group_size, step + 1, max_new_tokens, length_penalty)
+    hyps: list[tuple[float, tuple[int, ...], float, bool, tuple]] = []
+    for g in groups:
+        for b in g.beams:  # alive at max_new_tokens
+            if return_unfinished is True or (return_unfinished == "accepting" and b.matcher.is_accepting()):
+                g.add_hyp(b, False, length_penalty)
+        hyps += g.hyps
+    if not hyps:
+        raise DeadEndError("beam search: every beam reached a dead end before any hypothesis was complete")
+    hyps.sort(key=lambda h: (-h[0], h[1]))
+    out: list[BeamHypothesis] = []
+    seen: set[tuple[int, ...]] = set()
+    for score, tokens, log_prob, finished, records in hyps:
+        if tokens not in seen and len(out) < num_return_sequences:
+            seen.add(tokens)
+            listed = list(records) if logprobs is not None else None
+            out.append(BeamHypothesis(tokens, log_prob, score, finished, listed))
+    return out
+
+
+class _Records:
+    """Builds the :class:`TokenLogprob` of a chosen candidate from its step's raw logits and masked
+    log-probabilities (only for the candidates kept: a record costs a pass over the row)."""
+
+    def __init__(self, raw: np.ndarray, logp: np.ndarray, top: int):
+        self.raw, self.logp, self.top = raw, logp, top
+        self._model: dict[int, np.ndarray] = {}
+
+    def record(self, row: int, token: int) -> TokenLogprob:
+        if row not in self._model:
+            self._model[row] = log_softmax(self.raw[row])
+        structured = self.logp[row]
+        spread = float(entropy(structured))
+        return _token_logprob(structured, token, self.top, float(self._model[row][token]), None, spread)
+
+
+class _Group:
+    """One group of beams of (diverse) beam search, with its own finished hypotheses."""
+
+    def __init__(self, beams: list[_Beam]):
+        self.beams = beams
+        self.hyps: list[tuple[float, tuple[int, ...], float, bool, tuple]] = []  # score, tokens, log_prob, ...
+        self.finished_scores: list[float] = []
+
+    def add_hyp(self, beam: _Beam, finished: bool, length_penalty: float) -> None:
+        score = _length_score(beam.objective, len(beam.tokens), length_penalty)
+        self.hyps.append((score, beam.tokens, beam.log_prob, finished, beam.records))
+        if finished:
+            self.finished_scores.append(score)
+
+    def step(
+        self,
+        logp: np.ndarray,
+        gains: np.ndarray,
+        penalty: np.ndarray,
+        eos: frozenset[int],
+        size: int,
+        length_penalty: float,
+        records: _Records | None,
+    ) -> None:
+        """Extend every beam by every token; keep the ``size`` best that go on (ranked by objective minus the
+        diversity ``penalty``), and make a hypothesis of each end token ranked above the last kept."""
+        V = logp.shape[1]
+        objective = gains + np.array([b.objective for b in self.beams])[:, None]
+        flat = (objective - penalty[None, :]).ravel()
+        n_finite = int(np.count_nonzero(flat > -np.inf))
         new_beams: list[_Beam] = []
-        for idx in top:
-            score = float(flat[idx])
-            if score == -np.inf:
+        # enough candidates to fill the group even if each beam's end tokens rank first
+        need = min(n_finite, size * (1 + len(eos)))
+        top = np.argpartition(-flat, need - 1)[:need] if 0 < need < flat.size else np.arange(flat.size)
+        top = top[np.lexsort((top, -flat[top]))]  # best first; ties by (beam, token)
+        for idx in top if n_finite else ():
+            if flat[idx] == -np.inf:
                 break
             b, t = divmod(int(idx), V)
-            parent = beams[b]
+            parent = self.beams[b]
+            child_records = parent.records + ((records.record(b, t),) if records is not None else ())
+            child = (parent.tokens + (t,), float(parent.log_prob + logp[b, t]), float(objective[b, t]))
             if t in eos:
-                add_hyp(parent.tokens + (t,), score, True)
-                finished_scores.append(hyps[-1][0])
+                self.add_hyp(_Beam(*child, None, child_records), True, length_penalty)
                 continue
             matcher = None
             if parent.matcher is not None:
@@ -251,26 +347,47 @@ def beam_search(
                     matcher.advance(t)
                 except TokenError:  # the mask allowed it, so this does not happen with a consistent matcher
                     continue
-            new_beams.append(_Beam(parent.tokens + (t,), score, matcher))
-            if len(new_beams) == num_beams:
+            new_beams.append(_Beam(*child, matcher, child_records))
+            if len(new_beams) == size:
                 break
-        beams = new_beams
-        if not beams:
-            break
-        if early_stopping and len(finished_scores) >= num_beams:
-            worst_kept = sorted(finished_scores, reverse=True)[num_beams - 1]
-            length = step + 1
-            bound = max(_best_future(b.log_prob, length, max_new_tokens, length_penalty) for b in beams)
-            if bound < worst_kept:
-                beams = []
-                break
-    for b in beams:  # alive at max_new_tokens
-        if return_unfinished is True or (return_unfinished == "accepting" and b.matcher.is_accepting()):
-            add_hyp(b.tokens, b.log_prob, False)
-    if not hyps:
-        raise DeadEndError("beam search: every beam reached a dead end before any hypothesis was complete")
-    hyps.sort(key=lambda h: (-h[0], h[1]))
-    return [BeamHypothesis(tokens=h[1], log_prob=h[2], score=h[0], finished=h[3]) for h in hyps[:num_return_sequences]]
+        self.beams = new_beams
+
+    def stop_if_settled(self, size: int, length: int, max_length: int, length_penalty: float) -> None:
+        """End the group when ``size`` hypotheses are finished and no live beam can beat the worst of them."""
+        if not self.beams or len(self.finished_scores) < size:
+            return
+        worst_kept = sorted(self.finished_scores, reverse=True)[size - 1]
+        bound = max(_best_future(b.objective, length, max_length, length_penalty) for b in self.beams)
+        if bound < worst_kept:
+            self.beams = []
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _next_logits(model: Any, name: str) -> Callable[[list[list[int]]], Any]:
+    """A ``next_logits(prefixes)`` callable from one, or from a transformers model."""
+    next_logits = model_next_logits(model) if _is_torch_module(model) else model
+    if not callable(next_logits):
+        raise BeamSearchError(name, model, "a next_logits(prefixes) callable or a torch module")
+    return next_logits
+
+
+def _float_logits(logits: Any, rows: int, what: str) -> np.ndarray:
+    """The logits of ``rows`` prefixes as float64 numpy, checked."""
+    if hasattr(logits, "detach"):  # torch
+        torch = sys.modules["torch"]
+        logits = logits.detach()
+        if logits.dtype not in (torch.float32, torch.float64):
+            logits = logits.float()
+        logits = logits.cpu().numpy()
+    logits = np.array(logits, dtype=np.float64)
+    if logits.ndim != 2 or logits.shape[0] != rows:
+        raise ShapeError(f"{what} returned shape {logits.shape} for {rows} prefixes; expected ({rows}, V)")
+    if np.isnan(logits).any():
+        raise ShapeError(f"{what} returned NaN logits")
+    return logits
 
 
 def _mask_rows(logits: np.ndarray, matchers: list[Any]) -> None:

@@ -15,16 +15,24 @@ owns everything else, the same way for every backend:
   for every row or one per row), or when the caller ends it (:meth:`Decoding.stop_row`: a stop string found in
   its text);
 - with a :class:`~constrain.decoding.speculative.Speculation` (one row), each forward pass after the first also
-  verifies draft tokens (see :mod:`constrain.decoding.speculative`).
+  verifies draft tokens (see :mod:`constrain.decoding.speculative`);
+- with a :class:`~constrain.decoding.contrastive.Contrastive`, an amateur model reads the same tokens as the model
+  in every pass (its own cache in step, forced tokens included), and the sampler draws from the contrastive scores
+  instead of the logits (see :mod:`constrain.decoding.contrastive`).
 
 The penalties of :class:`~constrain.decoding.params.SamplingParams` count the generated tokens, forced ones
 included (OpenAI's convention), not the prompt.
 
-With ``logprobs=k``, each generated token comes with its log-probability and the ``k`` most likely alternatives
-(:class:`TokenLogprob`) under the model's distribution *under the structure*: the log-softmax of the logits after
-the penalties, the logit bias and the structure mask, before temperature and top-k/p/min-p (OpenAI reports the
-model's distribution, not the sampler's). A token the structure forces (fast-forward) had probability 1 under the
-structure: log-probability 0.0, and itself as its only alternative.
+With ``logprobs=k``, each generated token comes with a :class:`TokenLogprob`: its log-probability and the ``k``
+most likely alternatives under the model's distribution *under the structure* (the log-softmax of the logits after
+the penalties, the logit bias and the structure mask, before temperature and top-k/p/min-p: OpenAI reports the
+model's distribution, not the sampler's) and that distribution's entropy; its log-probability under the raw model
+(the log-softmax of the logits as the model gave them); and under the distribution the sampler drew it from. A
+row that asks for them gets every logit from the model (no sparse output layer: the raw distribution needs them
+all). A token the structure forces (fast-forward) had probability 1 under the structure: log-probability 0.0,
+itself as its only alternative, entropy 0.0, and its raw log-probability is unknown (None: the pass that reads
+forced tokens gives logits after the last of them only). Under speculative decoding the records of the accepted
+tokens come from the verifying pass's logits and are those plain decoding gives.
 
 :class:`Decoding` is iterable: each step yields the tokens appended in that step, so a caller can stream them; the
 rows (:class:`DecodedRow`) hold the tokens and why each row stopped. Finished rows of a batch keep being fed an
@@ -33,17 +41,19 @@ end-of-sequence token until every row is done (their logits are ignored).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from constrain.decoding.contrastive import Contrastive, contrastive_scores
 from constrain.decoding.forcing import FAST_FORWARD_MODES, FastForward, Tokenize, forced_continuation
 from constrain.decoding.params import SamplingParams
 from constrain.decoding.sampling import Sampler, next_token_probs
 from constrain.decoding.speculative import DraftContext, Speculation, SpeculationStats, Timer, accept
-from constrain.decoding.transforms import apply_logit_bias, apply_penalties, apply_structure_mask, log_softmax
+from constrain.decoding.transforms import apply_logit_bias, apply_penalties, apply_structure_mask, entropy, log_softmax
 from constrain.errors import ArgumentError, ContextLengthError, ShapeError, TokenError, VocabularyError
 from constrain.kernels.bitmask import allocate_token_bitmask, few_allowed_ids
 from constrain.runtime.matcher import CompiledStructure, Matcher
@@ -96,15 +106,29 @@ class VerifyingModel(LogitsModel, Protocol):
 
 @dataclass(frozen=True)
 class TokenLogprob:
-    """A generated token's log-probability under the structure, and the most likely alternatives at its position.
+    """A generated token's log-probabilities at its position, the most likely alternatives there, and the entropy.
 
-    ``top``: ``(token, logprob)`` pairs by decreasing log-probability (ties by token id), at most the ``logprobs``
-    asked for; tokens the structure rules out (log-probability ``-inf``) are never listed, so a position that
-    allows fewer tokens lists fewer. A forced token has ``logprob`` 0.0 and ``top == [(token, 0.0)]``."""
+    ``logprob``: under the model's distribution *under the structure*: the log-softmax of the logits after the
+    penalties, the logit bias and the structure mask, before temperature and top-k/p/min-p.
+    ``top``: ``(token, logprob)`` pairs of that distribution by decreasing log-probability (ties by token id), at
+    most the ``logprobs`` asked for; tokens the structure rules out (log-probability ``-inf``) are never listed, so
+    a position that allows fewer tokens lists fewer.
+    ``model_logprob``: under the raw model: the log-softmax of its logits before the penalties, the bias and the
+    mask (over the model's whole row of logits). None where no logits were computed at the position.
+    ``sampled_logprob``: under the distribution the token was drawn from, after temperature and top-k/p/min-p (0.0
+    for greedy's arg-max; under contrastive decoding, the distribution of the contrastive scores). None where
+    nothing was drawn (beam search).
+    ``entropy``: of the distribution under the structure (the one of ``logprob``), in nats.
+
+    A forced token (fast-forward) has ``logprob`` 0.0, ``top == [(token, 0.0)]``, ``sampled_logprob`` 0.0,
+    ``entropy`` 0.0 and ``model_logprob`` None."""
 
     token: int
     logprob: float
     top: list[tuple[int, float]]
+    model_logprob: float | None = None
+    sampled_logprob: float | None = None
+    entropy: float | None = None
 
 
 @dataclass
@@ -140,8 +164,9 @@ class Decoding:
     ``speculation``: draft tokens verified by the model, for one row on a :class:`VerifyingModel`; its figures are
     in ``speculation_stats``. ``max_new_tokens``: one budget for every row or one per row. ``logprobs``: None (no
     log-probabilities, no cost), or how many alternatives (0 to 20) each generated token lists in its
-    :class:`TokenLogprob` (``row.logprobs``), for every row or one per row (None for a row that wants none); not
-    combined with speculation.
+    :class:`TokenLogprob` (``row.logprobs``), for every row or one per row (None for a row that wants none).
+    ``contrastive``: draw from contrastive scores against an amateur (:class:`Contrastive`, whose amateur is a
+    :class:`LogitsModel` or a temperature); not combined with speculation.
     """
 
     def __init__(
@@ -157,6 +182,7 @@ class Decoding:
         tokenize: Tokenize | None = None,
         speculation: Speculation | None = None,
         logprobs: int | Sequence[int | None] | None = None,
+        contrastive: Contrastive | None = None,
     ):
         prompts = [list(p) for p in prompts]
         if not prompts or any(not p for p in prompts):
@@ -182,12 +208,14 @@ class Decoding:
                 raise ArgumentError("speculation", speculation, "a Speculation(source, k)")
             if len(prompts) != 1:
                 raise ArgumentError("prompts", f"{len(prompts)} rows", "one row under speculative decoding")
-            if self._top[0] is not None:
-                raise ArgumentError("logprobs", logprobs, "None under speculative decoding")
+            if contrastive is not None:
+                raise ArgumentError("contrastive", contrastive, "None under speculative decoding")
             if not callable(getattr(model, "verify", None)) or not callable(getattr(model, "rollback", None)):
                 raise ArgumentError("model", model, "a model with verify() and rollback() for speculative decoding")
             _check_draft_vocabulary(speculation.source, model)
         self.speculation = speculation
+        self.contrastive = _check_contrastive(contrastive, model, len(prompts))
+        self._amateur_logits: Any = None
         #: Rounds, acceptance per position and time of speculative decoding (None without it).
         self.speculation_stats = SpeculationStats(speculation.k) if speculation is not None else None
         self.model = model
@@ -240,7 +268,7 @@ class Decoding:
             yield appended
         if self.done:
             return
-        logits = self._forward(self.model.prefill, [p + c for p, c in zip(self.prompts, chunks)])
+        logits = self._forward("prefill", [p + c for p, c in zip(self.prompts, chunks)])
         while True:
             appended, chunks = self._step(logits)
             if appended:
@@ -253,7 +281,7 @@ class Decoding:
                     yield appended
             if self.done:
                 return
-            logits = self._forward(self.model.extend, self._feeds(chunks))
+            logits = self._forward("extend", self._feeds(chunks))
 
     def _feeds(self, chunks: list[list[int]]) -> list[list[int]]:
         """Each row's feed of the next pass: a row the caller stopped (:meth:`stop_row`) gets the padding token."""
@@ -265,15 +293,20 @@ class Decoding:
             pass
         return self.rows
 
-    def _forward(self, call: Any, tokens: list[list[int]]) -> Any:
-        """Fill the masks of the next step, then run the model on ``tokens`` with the rows' allowed ids."""
+    def _forward(self, call: str, tokens: list[list[int]]) -> Any:
+        """Fill the masks of the next step, then run the model (``"prefill"`` or ``"extend"``) on ``tokens`` with
+        the rows' allowed ids; a model amateur reads the same tokens."""
         allowed = self._fill_masks()
         self.forward_passes += 1
         self.logit_rows += len(tokens)
+        amateur = self.contrastive.amateur if self.contrastive is not None else None
+        if amateur is not None:
+            sparse = allowed is not None and getattr(amateur, "sparse_limit", 0)
+            self._amateur_logits = getattr(amateur, call)(tokens, allowed) if sparse else getattr(amateur, call)(tokens)
         if allowed is None:
-            return call(tokens)
+            return getattr(self.model, call)(tokens)
         self.sparse_row_steps += sum(a is not None for a in allowed)
-        return call(tokens, allowed)
+        return getattr(self.model, call)(tokens, allowed)
 
     def _fill_masks(self) -> list[np.ndarray | None] | None:
         """Write each live structured row's mask into the bitmask; the allowed ids of the rows the model may
@@ -291,7 +324,7 @@ class Decoding:
             elif row.matcher is not None:
                 row.matcher.fill_bitmask(mask, i)
                 size = row.matcher.structure.vocab.size
-                if limit:
+                if limit and self._top[i] is None:  # a row that wants log-probabilities needs every logit
                     allowed[i] = few_allowed_ids(mask[i], size, limit)
             else:
                 mask[i] = -1  # a free row: every token
@@ -303,9 +336,15 @@ class Decoding:
         if logits.shape[0] != len(rows) or logits.shape[-1] < self.model.logits_width:
             raise ShapeError(f"the model returned logits of shape {tuple(logits.shape)} for {len(rows)} rows")
         history = [np.asarray(row.tokens, dtype=np.int64) for row in rows]
-        drawn = self.sampler.sample(logits, history=history, mask=self._bitmask)
-        drawn = drawn.tolist() if hasattr(drawn, "tolist") else list(drawn)
-        logprobs = self._log_probs(logits, history) if self._want_logprobs else {}
+        scores = logits if self.contrastive is None else self._contrastive_scores(logits)
+        logprobs: dict[int, TokenLogprob] = {}
+        if self._want_logprobs:
+            drawn, probs = self.sampler.sample_with_probs(scores, history=history, mask=self._bitmask)
+            drawn = drawn.tolist() if hasattr(drawn, "tolist") else list(drawn)
+            logprobs = self._step_records(logits, history, probs, drawn)
+        else:
+            drawn = self.sampler.sample(scores, history=history, mask=self._bitmask)
+            drawn = drawn.tolist() if hasattr(drawn, "tolist") else list(drawn)
         appended: list[tuple[int, int]] = []
         chunks: list[list[int]] = []
         for i, (row, token) in enumerate(zip(rows, drawn)):
@@ -316,7 +355,7 @@ class Decoding:
                     row.finish_reason = "stop"
                 else:
                     if i in logprobs:
-                        row.logprobs.append(_token_logprob(logprobs[i], token, self._top[i]))
+                        row.logprobs.append(logprobs[i])
                     self._append(row, token, i, appended)
                     if row.finish_reason is None:
                         chunks.append([token] + self._fast_forward(i, appended))
@@ -324,22 +363,28 @@ class Decoding:
             chunks.append([self._pad])
         return appended, chunks
 
-    def _log_probs(self, logits: Any, history: list[np.ndarray]) -> dict[int, np.ndarray]:
-        """Per live row that asked for log-probabilities, the log-softmax of its logits after the penalties, the
-        logit bias and the structure mask (float64): the distribution under the structure, untempered."""
+    def _contrastive_scores(self, logits: Any) -> np.ndarray:
+        """The contrastive scores of every row (the sampler draws from them in place of the logits)."""
+        c = self.contrastive
+        amateur = c.amateur_logits(logits) if c.amateur is None else self._amateur_logits
+        if amateur.shape[0] != len(self.rows) or amateur.shape[-1] < self.model.logits_width:
+            raise ShapeError(f"the amateur returned logits of shape {tuple(amateur.shape)} for {len(self.rows)} rows")
+        width = self.model.logits_width
+        return contrastive_scores(logits[:, :width], amateur[:, :width], alpha=c.alpha, mask=self._bitmask)
+
+    def _step_records(
+        self, logits: Any, history: list[np.ndarray], probs: Any, drawn: list[int]
+    ) -> dict[int, TokenLogprob]:
+        """Per live row that asked for log-probabilities, the record of its drawn token."""
         rows = [i for i, row in enumerate(self.rows) if row.finish_reason is None and self._top[i] is not None]
         if not rows:
             return {}
-        z = logits[rows]
-        if hasattr(z, "detach"):  # a torch tensor
-            z = z.detach().float().cpu().numpy()
-        z = np.array(z, dtype=np.float32)
-        params = [self.sampler.row_params(i) for i in rows]
-        apply_penalties(z, [history[i] for i in rows], params, inplace=True)
-        apply_logit_bias(z, params, inplace=True)
-        if self._bitmask is not None:
-            apply_structure_mask(z, self._bitmask[rows], inplace=True)
-        return dict(zip(rows, log_softmax(z)))
+        records = token_records(
+            logits[rows], [drawn[i] for i in rows], [self._top[i] for i in rows],
+            history=[history[i] for i in rows], params=[self.sampler.row_params(i) for i in rows],
+            mask=self._bitmask[rows] if self._bitmask is not None else None, probs=probs[rows],
+        )  # fmt: skip
+        return dict(zip(rows, records))
 
     def _speculate(self, chunk: list[int]) -> tuple[list[tuple[int, int]], list[list[int]], bool]:
         """One round of speculative decoding on the single row: drafts, one verifying pass, acceptance. Returns the
@@ -357,7 +402,8 @@ class Decoding:
         allowed = None
         if row.matcher is not None:
             row.matcher.fill_draft_bitmasks(block, mask, 0)
-            allowed = self._sparse_rows(mask, row.matcher.structure.vocab.size)
+            if self._top[0] is None:  # log-probabilities need every logit
+                allowed = self._sparse_rows(mask, row.matcher.structure.vocab.size)
         else:
             mask[:] = -1
         with Timer(stats, "verify_seconds"):
@@ -373,13 +419,16 @@ class Decoding:
         observe = getattr(spec.source, "observe", None)
         if callable(observe):
             observe(block, kept, logits)
+        records = self._verified_records(logits, history, mask, target, [*block[:kept], token], forced)
         appended: list[tuple[int, int]] = []
-        for t in [*block[:kept], token]:
+        for j, t in enumerate([*block[:kept], token]):
             if row.matcher is not None:
                 row.matcher.advance(t)
             if t in self.eos_ids or (row.matcher is not None and row.matcher.is_finished()):
                 row.finish_reason = "stop"
             else:
+                if records is not None:
+                    row.logprobs.append(records[j])
                 self._append(row, t, 0, appended)
             if row.finish_reason is not None:
                 break
@@ -387,6 +436,31 @@ class Decoding:
         stats.record(proposed, drafted, kept - sum(forced[:kept]), len(appended))
         chunk = [token] + self._fast_forward(0, appended) if row.finish_reason is None else [self._pad]
         return appended, [chunk], True
+
+    def _verified_records(
+        self,
+        logits: Any,
+        history: list[np.ndarray],
+        mask: np.ndarray,
+        target: np.ndarray,
+        tokens: list[int],
+        forced: list[bool],
+    ) -> list[TokenLogprob] | None:
+        """The records of a round's kept tokens (None when the row wants none): a forced draft's is a forced
+        token's, the others' come from the verifying pass's logits at their positions and the target's sampling
+        distribution there (the one plain decoding draws from)."""
+        top = self._top[0]
+        if top is None:
+            return None
+        n = len(tokens)
+        records = token_records(
+            logits[:n], tokens, [top] * n, history=history[:n], params=[self.sampler.row_params(0)] * n,
+            mask=mask[:n], probs=target[:n],
+        )  # fmt: skip
+        return [
+            _forced_record(t, top) if j < len(forced) and forced[j] else record
+            for j, (t, record) in enumerate(zip(tokens, records))
+        ]
 
     def _draft_block(
         self, rng: np.random.Generator, params: SamplingParams
@@ -459,7 +533,7 @@ class Decoding:
         row.matcher.advance(forced)
         for token in forced:
             if row.logprobs is not None:  # probability 1 under the structure
-                row.logprobs.append(TokenLogprob(token, 0.0, [(token, 0.0)][: self._top[i]]))
+                row.logprobs.append(_forced_record(token, self._top[i]))
             self._append(row, token, i, appended)
         row.forced += len(forced)
         return forced
@@ -516,7 +590,56 @@ def _row_logprobs(logprobs: int | Sequence[int | None] | None, batch: int) -> li
     return [None if n is None else int(n) for n in per_row]
 
 
-def _token_logprob(logprobs: np.ndarray, token: int, top: int) -> TokenLogprob:
+def token_records(
+    logits: Any,
+    tokens: Sequence[int],
+    tops: Sequence[int],
+    *,
+    history: Sequence[np.ndarray] | None = None,
+    params: Sequence[SamplingParams] | None = None,
+    mask: Any = None,
+    probs: Any = None,
+) -> list[TokenLogprob]:
+    """One :class:`TokenLogprob` per row of ``logits`` (``(n, width)``, as the model gave them) for the chosen
+    ``tokens``, each listing ``tops[r]`` alternatives. ``history`` and ``params``: the penalties' and the logit
+    bias's inputs (none when None); ``mask``: the structure's bitmask rows (free text when None); ``probs``: the
+    distributions the tokens were drawn from (``sampled_logprob`` None when None). Costs a few passes over each
+    row."""
+    z = _host(logits)
+    model = log_softmax(z)
+    if params is not None:
+        apply_penalties(z, list(history) if history is not None else None, list(params), inplace=True)
+        apply_logit_bias(z, list(params), inplace=True)
+    if mask is not None:
+        apply_structure_mask(z, mask, inplace=True)
+    structured = log_softmax(z)
+    spread = entropy(structured)
+    drawn = _host(probs) if probs is not None else None
+    out = []
+    for r, (token, top) in enumerate(zip(tokens, tops)):
+        sampled = None
+        if drawn is not None:
+            p = float(drawn[r, token])
+            sampled = math.log(p) if p > 0 else -math.inf
+        out.append(_token_logprob(structured[r], token, top, float(model[r, token]), sampled, float(spread[r])))
+    return out
+
+
+def _host(logits: Any) -> np.ndarray:
+    """A float64 numpy copy of a block of logits or probabilities (a torch tensor comes to the host)."""
+    if hasattr(logits, "detach"):
+        logits = logits.detach().double().cpu().numpy()
+    return np.array(logits, dtype=np.float64)
+
+
+def _forced_record(token: int, top: int) -> TokenLogprob:
+    """The record of a token the structure forced: certain under the structure, its raw log-probability unknown."""
+    return TokenLogprob(token, 0.0, [(token, 0.0)][:top], model_logprob=None, sampled_logprob=0.0, entropy=0.0)
+
+
+def _token_logprob(
+    logprobs: np.ndarray, token: int, top: int, model: float | None, sampled: float | None, spread: float
+) -> TokenLogprob:
     """``token``'s entry in a row of log-probabilities, with the ``top`` most likely tokens (finite ones only)."""
     alternatives: list[tuple[int, float]] = []
     if top:
@@ -530,7 +653,7 @@ def _token_logprob(logprobs: np.ndarray, token: int, top: int) -> TokenLogprob:
         ids = ids[np.isfinite(logprobs[ids])]
         order = np.lexsort((ids, -logprobs[ids]))[:k]
         alternatives = [(int(t), float(logprobs[t])) for t in ids[order]]
-    return TokenLogprob(int(token), float(logprobs[token]), alternatives)
+    return TokenLogprob(int(token), float(logprobs[token]), alternatives, model, sampled, spread)
 
 
 def _per_row(
@@ -542,6 +665,26 @@ def _per_row(
     if len(per_row) != batch:
         raise ShapeError(f"{len(per_row)} structures for {batch} prompts: give one, or one per prompt")
     return per_row
+
+
+def _check_contrastive(contrastive: Contrastive | None, model: LogitsModel, batch: int) -> Contrastive | None:
+    """The settings, checked against the model: a model amateur must read the same batch and give as many
+    logits."""
+    if contrastive is None:
+        return None
+    if not isinstance(contrastive, Contrastive):
+        raise ArgumentError("contrastive", contrastive, "a Contrastive(amateur=..., alpha=...)")
+    amateur = contrastive.amateur
+    if amateur is None:
+        return contrastive
+    if not callable(getattr(amateur, "prefill", None)) or not callable(getattr(amateur, "extend", None)):
+        raise ArgumentError("contrastive", amateur, "an amateur with prefill() and extend() (a LogitsModel)")
+    width = getattr(amateur, "logits_width", None)
+    if width != model.logits_width:
+        raise VocabularyError(f"the amateur's logits have {width} columns, the model's {model.logits_width:,}")
+    if amateur.max_batch is not None and batch > amateur.max_batch:
+        raise ArgumentError("prompts", f"{batch} rows", f"the amateur decodes at most {amateur.max_batch}")
+    return contrastive
 
 
 def _check_draft_vocabulary(source: Any, model: LogitsModel) -> None:

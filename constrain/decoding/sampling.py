@@ -283,6 +283,16 @@ class Sampler:
         ids = to_out(_draw(P, supports, self._uniforms(P.shape[0])))
         return ids[0] if squeeze else ids
 
+    def sample_with_probs(self, logits: Any, history: Any = None, mask: Any = None) -> tuple[Any, Any]:
+        """:meth:`sample`, and the distribution each row's token was drawn from (as :func:`next_token_probs` gives
+        it, from the same computation: log-probabilities read from it are those of the draw)."""
+        P, supports, squeeze, to_out = _pipeline(
+            logits, self.params, history, mask, self.backend, "Sampler.sample_with_probs"
+        )
+        ids = to_out(_draw(P, supports, self._uniforms(P.shape[0])))
+        probs = to_out(P)
+        return (ids[0], probs[0]) if squeeze else (ids, probs)
+
     __call__ = sample
 
 

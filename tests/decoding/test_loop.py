@@ -306,10 +306,11 @@ def test_stopping_every_row_ends_the_decoding_without_another_pass(vocab):
         decoding.stop_row(2)
 
 
-def test_logprobs_are_refused_under_speculation(vocab):
-    from constrain.decoding import PromptLookup, Speculation
+def test_contrastive_decoding_is_refused_under_speculation(vocab):
+    from constrain.decoding import Contrastive, PromptLookup, Speculation
 
     model = TableModel(vocab.size)
     model.verify = model.rollback = lambda *a: None
-    with pytest.raises(ArgumentError, match="logprobs"):
-        Decoding(model, [[0]], max_new_tokens=3, logprobs=1, speculation=Speculation(PromptLookup(), k=2))
+    contrastive = Contrastive(amateur_temperature=2.0)
+    with pytest.raises(ArgumentError, match="contrastive"):
+        Decoding(model, [[0]], max_new_tokens=3, contrastive=contrastive, speculation=Speculation(PromptLookup(), k=2))
