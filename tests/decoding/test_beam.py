@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 
 import numpy as np
@@ -344,3 +345,102 @@ def test_each_beam_carries_its_own_matcher_and_the_start_state_is_respected():
     # a factory works too
     hyps2 = beam_search(model, num_beams=4, max_new_tokens=6, structure=structure.matcher, num_return_sequences=4)
     assert all(structure.matcher().validate_tokens(list(h.tokens)) == len(h.tokens) for h in hyps2)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# diverse beam search
+# ----------------------------------------------------------------------------------------------------------------
+
+#: Logits of the next token by the last token read (None: the first step); no end token. Token 0 leads token 1 by
+#: 1.0 at the first step; after 0, token 1 leads token 2 by 0.5.
+DIVERSE = {None: [3.0, 2.0, 0.0], 0: [0.0, 3.0, 2.5], 1: [3.0, 0.0, 1.0], 2: [1.0, 1.0, 3.0]}
+
+
+def diverse_model(prefixes):
+    return np.array([DIVERSE[p[-1] if p else None] for p in prefixes])
+
+
+def diverse_log_prob(tokens) -> float:
+    last, total = None, 0.0
+    for t in tokens:
+        total += log_softmax(np.array(DIVERSE[last]))[t]
+        last = t
+    return float(total)
+
+
+@pytest.mark.parametrize(
+    ("groups", "penalty", "expected"),
+    [
+        # one beam a group. lambda 0.3: group 1 follows group 0 (the gaps, 1.0 then 0.5, exceed it): one distinct
+        (2, 0.3, [(0, 1)]),
+        # lambda 0.7: the same first token (gap 1.0), then token 1 (chosen by group 0) drops below token 2
+        (2, 0.7, [(0, 1), (0, 2)]),
+        # lambda 1.5: token 0 drops below token 1 at once; then group 0's token 1 is penalised, token 0 leads anyway
+        (2, 1.5, [(0, 1), (1, 0)]),
+        # three groups at 0.7: group 2 sees token 0 chosen twice (1.4 > 1.0) and takes 1; then 1 and 2 were chosen
+        (3, 0.7, [(0, 1), (1, 0), (0, 2)]),
+    ],
+)
+def test_diverse_groups_by_hand(groups, penalty, expected):
+    hyps = beam_search(
+        diverse_model, num_beams=groups, num_beam_groups=groups, diversity_penalty=penalty, max_new_tokens=2,
+        length_penalty=0.0, num_return_sequences=groups,
+    )  # fmt: skip
+    expected = sorted(expected, key=lambda t: (-diverse_log_prob(t), t))
+    assert [h.tokens for h in hyps] == expected
+    for h in hyps:  # the penalty steers the choice; the scores stay the model's log-probabilities
+        assert h.log_prob == pytest.approx(diverse_log_prob(h.tokens), abs=1e-12) and h.score == h.log_prob
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_one_group_is_beam_search_whatever_the_penalty(seed):
+    model = TableModel(6, seed, scale=3.0)
+    plain = beam_search(model, num_beams=4, max_new_tokens=5, eos_token_id=5, num_return_sequences=4)
+    grouped = beam_search(
+        model, num_beams=4, max_new_tokens=5, eos_token_id=5, num_return_sequences=4, num_beam_groups=1,
+        diversity_penalty=3.0,
+    )  # fmt: skip
+    assert grouped == plain
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("groups", [2, 3])
+def test_no_penalty_makes_each_group_a_beam_search_of_its_size(seed, groups):
+    """With lambda = 0 every group is the same independent search of num_beams / G beams: the distinct
+    hypotheses are that search's."""
+    vocab = Vocabulary.from_token_bytes(TOKENS, eos_ids=[EOS])
+    structure = compile_regex(r"(ab|ba|a)+[01]{1,2}", vocab)
+    model = TableModel(EOS + 1, seed, scale=3.0)
+    small = beam_search(model, num_beams=2, max_new_tokens=6, structure=structure, num_return_sequences=2)
+    grouped = beam_search(
+        model, num_beams=2 * groups, num_beam_groups=groups, max_new_tokens=6, structure=structure,
+        num_return_sequences=2,
+    )  # fmt: skip
+    assert grouped == small
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_diverse_hypotheses_stay_in_the_structure_and_are_distinct(seed):
+    pattern = r"(ab|ba)+[01]|a*b?[01]{2}"
+    vocab = Vocabulary.from_token_bytes(TOKENS, eos_ids=[EOS])
+    structure = compile_regex(pattern, vocab)
+    model = TableModel(EOS + 1, seed, scale=4.0)
+    hyps = beam_search(
+        model, num_beams=6, num_beam_groups=3, diversity_penalty=2.0, max_new_tokens=8, structure=structure,
+        num_return_sequences=6,
+    )  # fmt: skip
+    assert hyps and len({h.tokens for h in hyps}) == len(hyps)
+    for h in hyps:
+        body = h.tokens[:-1] if h.finished else h.tokens
+        assert re.fullmatch(pattern, b"".join(TOKENS[t] for t in body).decode())
+        assert structure.matcher().validate_tokens(list(h.tokens)) == len(h.tokens)
+
+
+def test_bad_group_arguments_name_the_parameter():
+    model = TableModel(4)
+    for groups in (0, 3, True, 2.0):
+        with pytest.raises(BeamSearchError, match="num_beam_groups"):
+            beam_search(model, num_beams=4, max_new_tokens=2, num_beam_groups=groups)
+    for penalty in (-1.0, math.inf, math.nan, True, "1"):
+        with pytest.raises(BeamSearchError, match="diversity_penalty"):
+            beam_search(model, num_beams=4, max_new_tokens=2, num_beam_groups=2, diversity_penalty=penalty)
