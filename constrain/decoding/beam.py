@@ -18,6 +18,26 @@ prompt included; ``logits``: ``(len(prefixes), V)``, numpy or torch) or a transf
 Search stops when ``max_new_tokens`` is reached, when no beam is left, or (``early_stopping=True``) as soon as
 ``num_beams`` hypotheses are finished and no live beam can still beat the worst of them (an exact bound: log-
 probabilities only decrease, so the search returns the same hypotheses as without early stopping).
+
+**Diverse beam search** (``num_beam_groups=G``, ``diversity_penalty=lambda``): the beams form ``G`` groups of
+``num_beams / G``, each a beam search with its own hypotheses and its own early stop. At each step the groups
+choose in order; in group ``g`` a candidate's score is lowered by ``lambda`` times the number of beams of groups
+``0..g-1`` that went on with the same token at this step (Hamming diversity). The penalty only steers the choice:
+beams and hypotheses keep the model's log-probabilities. With ``G = 1`` this is plain beam search; with
+``lambda = 0`` each group is the same independent search of ``num_beams / G`` beams. The result lists each token
+sequence once, whichever groups found it. A group that stops early no longer penalises the later groups, so with
+``lambda > 0`` early stopping may change what they find.
+
+**Contrastive beams** (``contrastive=``): a candidate's step gain is its contrastive score
+(:mod:`constrain.decoding.contrastive`) instead of its log-probability, and beams are ranked by the sum; the
+amateur reads the same prefixes (a second ``next_logits``) or is the expert at a temperature. Contrastive scores
+can be positive, so the early-stopping bound does not hold: the search runs to ``max_new_tokens`` or until no beam
+is left.
+
+With ``logprobs=k`` every hypothesis carries one :class:`~constrain.decoding.loop.TokenLogprob` per token: its
+log-probability under the structure (the masked log-softmax the beam's log-probability sums) with ``k``
+alternatives, under the raw model, and the entropy under the structure (``sampled_logprob`` is None: nothing is
+drawn). A record is built only for the candidates kept.
 """
 
 from __future__ import annotations
@@ -285,14 +305,13 @@ class _Records:
 
     def __init__(self, raw: np.ndarray, logp: np.ndarray, top: int):
         self.raw, self.logp, self.top = raw, logp, top
-        self._model: dict[int, np.ndarray] = {}
+        self._rows: dict[int, tuple[np.ndarray, float]] = {}  # per beam: raw log-probabilities, entropy
 
     def record(self, row: int, token: int) -> TokenLogprob:
-        if row not in self._model:
-            self._model[row] = log_softmax(self.raw[row])
-        structured = self.logp[row]
-        spread = float(entropy(structured))
-        return _token_logprob(structured, token, self.top, float(self._model[row][token]), None, spread)
+        if row not in self._rows:
+            self._rows[row] = (log_softmax(self.raw[row]), float(entropy(self.logp[row])))
+        model, spread = self._rows[row]
+        return _token_logprob(self.logp[row], token, self.top, float(model[token]), None, spread)
 
 
 class _Group:
