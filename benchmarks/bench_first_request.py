@@ -1,12 +1,12 @@
 """The first request after a fresh start: how long the first schema a new process sees takes to compile, its first
 mask, and the slowest mask while its first valid instance is forced, in a process that called
-``constrain.warmup()`` (numba's kernels loaded from their on-disk cache) with an empty constrain cache folder (no
-vocabulary file, no stored lexical walks).
+``constrain.warmup(vocab)`` (numba's kernels loaded from their on-disk cache, the vocabulary's shared walks made)
+with an empty constrain cache folder (no vocabulary file, no stored lexical walks).
 
 Run: .venv/bin/python benchmarks/bench_first_request.py [--trials 20] [--seed 0]
 
 Each trial is a new Python process: it loads the Gemma tokenizer, points ``CONSTRAIN_CACHE_DIR`` at an empty
-folder, builds the vocabulary and calls ``warmup()`` (both timed apart, as start-up), then takes one MaskBench dev
+folder, builds the vocabulary and calls ``warmup(vocab)`` (both timed apart, as start-up), then takes one MaskBench dev
 schema (a seeded draw among those that compile) as its first request, and a second schema after it for
 comparison. Printed: p50 / p90 / p99 / max over the trials of the first request's TTFM (compile and first mask)
 and of its slowest forcing mask, against the second request's.
@@ -43,7 +43,7 @@ def trial(first: int, second: int) -> None:
         begun = time.perf_counter()
         vocab = constrain.Vocabulary.from_tokenizer(tokenizer)
         vocab_s = time.perf_counter() - begun
-        warmup_s = constrain.warmup()
+        warmup_s = constrain.warmup(vocab)
         records = load_records(MASKBENCH)
         out = {"vocabulary_s": vocab_s, "warmup_s": warmup_s}
         bitmask = allocate_token_bitmask(1, vocab.size)
@@ -116,10 +116,10 @@ def main() -> None:
         )  # fmt: skip
         results.append(json.loads(done.stdout.strip().splitlines()[-1]))
         print(f"trial {k + 1}: first {results[-1]['first']['ttfm_s'] * 1e3:.1f} ms", file=sys.stderr)
-    print(f"{args.trials} fresh processes (empty cache folder, warmup() called), load {os.getloadavg()[0]:.2f}\n")
+    print(f"{args.trials} fresh processes (empty cache folder, warmup(vocab) called), load {os.getloadavg()[0]:.2f}\n")
     print("| | p50 / p90 / p99 / max (ms) |\n|---|---|")
     print(f"| start-up: vocabulary built | {percentiles([r['vocabulary_s'] for r in results])} |")
-    print(f"| start-up: warmup() | {percentiles([r['warmup_s'] for r in results])} |")
+    print(f"| start-up: warmup(vocab) | {percentiles([r['warmup_s'] for r in results])} |")
     for name in ("first", "second"):
         print(f"| {name} request: compile + first mask | {percentiles([r[name]['ttfm_s'] for r in results])} |")
         print(f"| {name} request: slowest forcing mask | {percentiles([r[name]['slowest_mask_s'] for r in results])} |")

@@ -365,7 +365,9 @@ def compile_command(args: argparse.Namespace) -> int:
 
     spec = _spec(args)
     tokenizer = _tokenizer(args.model)
-    logging.getLogger("constrain").info("numba kernels ready in %.1f s", warmup())  # not charged to the compile
+    logging.getLogger("constrain").info(
+        "kernels ready in %.1f s", warmup(tokenizer.vocab)
+    )  # not charged to the compile
     warnings.simplefilter("ignore", RelaxationWarning)  # listed below instead
     structure, seconds = _compile(spec, tokenizer.vocab, args.lenient)
     began = time.perf_counter()
@@ -513,7 +515,7 @@ def bench(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise CommandError(f"cannot read {args.file}: {exc.strerror or exc}") from None
     tokenizer = _tokenizer(args.model)
-    logging.getLogger("constrain").info("numba kernels ready in %.1f s", warmup())
+    logging.getLogger("constrain").info("kernels ready in %.1f s", warmup(tokenizer.vocab))
     results = [maskbench.run_schema(r, tokenizer.vocab, tokenizer.encode) for r in _progress(records, "schemas")]
     print(f"MaskBench, constrain only: {len(records)} schemas of {args.file}, the {tokenizer.name} vocabulary")
     print(maskbench.summarise(results))
@@ -687,7 +689,7 @@ def demo(args: argparse.Namespace) -> int:
     loaded = time.perf_counter() - began
     print(
         f"Gemma 3 270M (base) and its vocabulary ({llm.vocab.size:,} tokens) loaded in {loaded:.1f} s, numba's "
-        f"kernels in {warmup():.1f} s; greedy decoding on the CPU\n"
+        f"kernels and its walks in {warmup(llm.vocab):.1f} s; greedy decoding on the CPU\n"
     )
     failures = 0
     for number, case in enumerate(_demo_cases(), 1):

@@ -8,6 +8,11 @@ choices, JSON Schema, Lark, GBNF) for a small synthetic vocabulary and walking t
 kernels' signatures depend on array types only, never on the vocabulary, so a real tokenizer's structures find them
 ready. The vocabulary is built here rather than taken from :mod:`constrain.testing`, which the library never
 imports.
+
+Given the vocabulary that requests will use, :func:`warmup` also pays what the first structure for a vocabulary
+pays once per process: its store of lexical walks (:class:`~constrain.runtime.lexical.LexicalMasks`), and the
+walks of the pieces most JSON schemas share (a string's body, a number, a key), by compiling one schema for that
+vocabulary and reading a text through it with masks.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import numpy as np
 from constrain.automata.nfa import compile_kernels
 from constrain.compilers.api import compile as compile_structure
 from constrain.compilers.specs import GBNF, Lark, Regex
+from constrain.errors import ArgumentError
 from constrain.kernels.bitmask import allocate_token_bitmask, apply_token_bitmask, bitmask_to_bool, bool_to_bitmask
 from constrain.runtime.matcher import CompiledStructure
 from constrain.vocab.vocabulary import Vocabulary
@@ -94,21 +100,48 @@ _OPEN_OBJECT = ({"type": "object", "properties": {"id": {"type": "integer"}}}, (
 _lock = threading.Lock()
 
 
-def warmup() -> float:
+def warmup(vocab: Vocabulary | None = None) -> float:
     """Load (or, the first time on a machine, compile into numba's on-disk cache) every kernel a compile, a mask
-    or an advance reaches, and the bitmask kernels. Returns the seconds it took: about a minute the first time on
-    a machine (2 cores), about a second in a new process after that, tens of milliseconds when called again in the
-    same process. Idempotent and thread-safe; a server may call it at start-up, ``scripts/setup.sh`` calls it once
-    per install."""
+    or an advance reaches, and the bitmask kernels; with ``vocab``, also that vocabulary's store of lexical walks
+    and the walks most JSON schemas share (see the module's docstring). Returns the seconds it took: about a minute
+    the first time on a machine (2 cores), one to two seconds in a new process after that, tens of milliseconds
+    when called again in the same process. Idempotent and thread-safe; a server calls it with its vocabulary at
+    start-up, ``scripts/setup.sh`` calls it once per install."""
+    if vocab is not None and not isinstance(vocab, Vocabulary):
+        raise ArgumentError("vocab", vocab, "a constrain.Vocabulary, or None")
     begun = time.perf_counter()
     with _lock:
         compile_kernels()  # the determinisation kernels only a large automaton reaches
-        vocab = _synthetic_vocabulary()
+        synthetic = _synthetic_vocabulary()
         for spec, texts in _CASES:
-            _compile_and_walk(spec, texts, vocab)
+            _compile_and_walk(spec, texts, synthetic)
         _compile_and_walk(*_OPEN_OBJECT, _synthetic_vocabulary(holes=1))
-        _bitmask_kernels(vocab.size)
+        _bitmask_kernels(synthetic.size)
+        if vocab is not None and vocab.fingerprint not in _warm_vocabularies:
+            _warm_vocabulary(vocab)
+            _warm_vocabularies.add(vocab.fingerprint)
     return time.perf_counter() - begun
+
+
+#: The fingerprints of the vocabularies :func:`warmup` has prepared in this process.
+_warm_vocabularies: set[str] = set()
+
+
+def _warm_vocabulary(vocab: Vocabulary) -> None:
+    """The lexical walks of :data:`_SCHEMA`'s pieces for ``vocab``, each text read with a mask before every token
+    (split greedily into ``vocab``'s longest tokens; a text the vocabulary cannot spell is left out)."""
+    structure = compile_structure(_SCHEMA, vocab, strict=False, cache=False, time_limit=None)
+    bitmask = allocate_token_bitmask(1, vocab.size)
+    for text in _CASES[2][1]:
+        try:
+            tokens = _tokens(vocab, text.encode())
+        except ValueError:
+            continue
+        matcher = structure.matcher()
+        for token in tokens:
+            matcher.fill_bitmask(bitmask, 0)
+            matcher.advance(token)
+        matcher.fill_bitmask(bitmask, 0)
 
 
 def _synthetic_vocabulary(holes: int = 0) -> Vocabulary:
@@ -130,12 +163,15 @@ def _compile_and_walk(spec: object, texts: tuple[str, ...], vocab: Vocabulary) -
 
 
 def _tokens(vocab: Vocabulary, text: bytes) -> list[int]:
-    """``text`` split greedily into the longest tokens of ``vocab`` (the synthetic vocabulary has every byte)."""
+    """``text`` split greedily into the longest tokens of ``vocab``; ValueError when a byte starts no token (the
+    synthetic vocabulary has every byte)."""
     ids = {vocab.token_bytes(i): i for i in range(vocab.size) if vocab.matchable[i]}
     longest = max(map(len, ids))
     out, at = [], 0
     while at < len(text):
-        size = next(n for n in range(min(longest, len(text) - at), 0, -1) if text[at : at + n] in ids)
+        size = next((n for n in range(min(longest, len(text) - at), 0, -1) if text[at : at + n] in ids), 0)
+        if not size:
+            raise ValueError(f"no token of the vocabulary starts with {text[at : at + 1]!r}")
         out.append(ids[text[at : at + size]])
         at += size
     return out

@@ -32,6 +32,7 @@ except ModuleNotFoundError as exc:  # the [server] extra
     raise MissingExtraError("fastapi", "server", missing=exc.name, feature="constrain.server") from exc
 
 from constrain.compilers.api import compile as compile_spec
+from constrain.compilers.warmup import warmup
 from constrain.decoding.loop import TokenLogprob
 from constrain.decoding.params import SamplingParams
 from constrain.errors import (
@@ -142,6 +143,8 @@ class Server:
         tool_format: str | ToolFormat,
     ):
         self.llm = llm
+        # what the first request would pay otherwise: the kernels, the vocabulary's store of lexical walks
+        logger.info("kernels and the vocabulary's walks ready in %.1f s", warmup(llm.vocab))
         self.model_id = model_id or default_model_id(llm)
         self.scheduler = Scheduler(llm, max_batch=max_batch, window=window)
         self.max_n = max_n

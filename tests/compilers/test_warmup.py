@@ -76,3 +76,26 @@ def test_after_warmup_a_new_schema_compiles_no_kernel(tmp_path):
 def test_warmup_is_idempotent_and_fast_the_second_time():
     warmup()
     assert warmup() < 0.5
+
+
+def test_warmup_with_a_vocabulary_prepares_its_walks_once():
+    """warmup(vocab) makes the vocabulary's store of lexical walks and the walks JSON schemas share (a string's
+    body, a number), which the first request for that vocabulary would otherwise make; a second call does nothing
+    for it."""
+    import pytest
+
+    from constrain.errors import ArgumentError
+    from constrain.runtime.lexical import LexicalMasks
+    from constrain.testing import random_vocabulary
+
+    units = ['{"', '":', '","', '"}', "[", "]", ",", "true", "null", "name", "age", "ab", "12", "-", ".5", "e3"]
+    vocab = random_vocabulary(units, count=1500, seed=11, all_bytes=True)
+    assert vocab.fingerprint not in LexicalMasks._stores
+    warmup(vocab)
+    store = LexicalMasks._stores[vocab.fingerprint]
+    walks = len(store._entries)
+    assert walks > 0
+    warmup(vocab)
+    assert LexicalMasks._stores[vocab.fingerprint] is store and len(store._entries) == walks
+    with pytest.raises(ArgumentError, match="vocab"):
+        warmup("gemma")
