@@ -6,7 +6,7 @@ Run: .venv/bin/python benchmarks/bench_memory.py [--limit N] [--plot benchmarks/
 
 Start-up steps are measured in order: Python with numpy; the Gemma tokenizer (transformers); constrain's modules
 (numba, the compilers); the ``Vocabulary`` (from the on-disk cache); ``constrain.warmup()`` (numba's kernels
-loaded). "Added at start" is the last minus the tokenizer's step: what constrain itself adds. Then each schema is
+loaded); ``constrain.warmup(vocab)`` (the vocabulary's store of lexical walks, as a server makes at start). "Added at start" is the last minus the tokenizer's step: what constrain itself adds. Then each schema is
 compiled (``strict``, the default time limit), its first mask computed and its valid instances forced (a mask and an
 advance per token), as requests would; the resident set size (``VmRSS``) is sampled every ``--every`` schemas. The
 plot draws it against schemas compiled, with the process's cache budget (``constrain.set_cache_budget``) above
@@ -65,6 +65,8 @@ def main() -> None:
     steps.append(("Gemma vocabulary", rss_mib()))
     constrain.warmup()
     steps.append(("warmup (kernels)", rss_mib()))
+    constrain.warmup(vocab)
+    steps.append(("warmup(vocab) (the vocabulary's shared walks)", rss_mib()))
     gc.collect()
 
     bitmask = allocate_token_bitmask(1, vocab.size)

@@ -163,17 +163,28 @@ def _compile_and_walk(spec: object, texts: tuple[str, ...], vocab: Vocabulary) -
 
 
 def _tokens(vocab: Vocabulary, text: bytes) -> list[int]:
-    """``text`` split greedily into the longest tokens of ``vocab``; ValueError when a byte starts no token (the
-    synthetic vocabulary has every byte)."""
-    ids = {vocab.token_bytes(i): i for i in range(vocab.size) if vocab.matchable[i]}
-    longest = max(map(len, ids))
+    """``text`` split greedily into the longest tokens of ``vocab``, read off its trie (a dictionary of every
+    token's bytes would cost a large vocabulary tens of megabytes that the allocator keeps); ValueError when a
+    byte starts no token (the synthetic vocabulary has every byte)."""
+    trie = vocab.trie
+    node_byte, node_next = trie.node_byte.tolist(), trie.node_next.tolist()
+    token_ptr, token_ids = trie.node_token_ptr, trie.token_ids
     out, at = [], 0
     while at < len(text):
-        size = next((n for n in range(min(longest, len(text) - at), 0, -1) if text[at : at + n] in ids), 0)
-        if not size:
+        best, node, end, depth = None, 0, trie.num_nodes, 0
+        while at + depth < len(text):
+            while node < end and node_byte[node] != text[at + depth]:  # the children of the node reached, in turn
+                node = node_next[node]
+            if node >= end:
+                break
+            depth += 1
+            if token_ptr[node + 1] > token_ptr[node]:
+                best = (int(token_ids[token_ptr[node]]), depth)
+            node, end = node + 1, node_next[node]
+        if best is None:
             raise ValueError(f"no token of the vocabulary starts with {text[at : at + 1]!r}")
-        out.append(ids[text[at : at + size]])
-        at += size
+        out.append(best[0])
+        at += best[1]
     return out
 
 

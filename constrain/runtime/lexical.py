@@ -174,6 +174,8 @@ class LexicalMasks:
     MAX_BYTES = 256 * 1024 * 1024
     #: Most (hash, first byte) lender keys remembered before the index starts over.
     MAX_LENDERS = 262_144
+    #: Slots of the lender index at first (a power of two); it doubles while it is more than half full.
+    FIRST_LENDER_SLOTS = 8192
     #: First-byte subtrees with fewer tokens than this are walked, not borrowed.
     MIN_BORROWED_TOKENS = 256
     #: Large walks kept as lenders of two-byte subtrees. A lender's credit starts at the two-byte nodes where its
@@ -227,8 +229,9 @@ class LexicalMasks:
         self._entries = BoundedCache(self.MAX_BYTES)  # bounded-language hash -> (words, pop ranges)
         # An open-addressing table (in arrays, read by kernels) from the key of a large subtree's language to the
         # walk that lends it, and each lending walk's hashes after each first byte (see _subtree_keys).
-        self._lender_keys = np.zeros(2 * self.MAX_LENDERS, dtype=np.uint64)  # 0: an empty slot
-        self._lender_walks = np.zeros(2 * self.MAX_LENDERS, dtype=np.uint64)
+        # It starts small and doubles up to twice MAX_LENDERS slots (a few thousand keys serve most processes).
+        self._lender_keys = np.zeros(self.FIRST_LENDER_SLOTS, dtype=np.uint64)  # 0: an empty slot
+        self._lender_walks = np.zeros(self.FIRST_LENDER_SLOTS, dtype=np.uint64)
         self._num_lenders = 0
         self._walk_after: dict[int, np.ndarray] = {}
         # Lending walk -> (its pop ranges, the first-byte subtree of each).
@@ -282,6 +285,8 @@ class LexicalMasks:
                     self._num_lenders = 0
                     self._lent_ranges.clear()
                     self._walk_after.clear()
+                while 2 * (self._num_lenders + len(keys)) > len(self._lender_keys):
+                    self._grow_lender_index()
                 # The latest walk becomes the lender of each of its subtrees, even those it borrowed: its words are
                 # the likeliest to be in the CPU cache still (keeping the first lender measured slower).
                 self._num_lenders += _index_put(self._lender_keys, self._lender_walks, keys, np.uint64(key))
@@ -359,6 +364,16 @@ class LexicalMasks:
         if buffer is None:
             buffer = self._scratch.pops = np.empty(self.vocab.trie.num_nodes, dtype=np.int32)
         return buffer
+
+    def _grow_lender_index(self) -> None:
+        """Double the lender index, each key kept with its walk (under the lock)."""
+        keys, walks = self._lender_keys, self._lender_walks
+        self._lender_keys = np.zeros(2 * len(keys), dtype=np.uint64)
+        self._lender_walks = np.zeros(2 * len(keys), dtype=np.uint64)
+        used = keys != 0
+        keys, walks = keys[used], walks[used]
+        for walk in np.unique(walks):
+            _index_put(self._lender_keys, self._lender_walks, keys[walks == walk], walk)
 
     def _compose(self, trans, accepting, hashes, state):
         """(walk, tokens walked, the state's first-byte keys) of a state not seen yet."""

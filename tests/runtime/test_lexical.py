@@ -194,3 +194,39 @@ def test_a_lenders_pop_ranges_are_indexed_as_the_lender_lists_them_now_on_gemma(
     for listed in (ranges, again, ranges):
         got = [bytes([store.first_bytes[j]]) for j in store._ranges_by_subtree(key, listed)]
         assert got == [gemma_vocab.trie.node_path(int(first) - 1)[:1] for first in listed[:, 0]]
+
+
+def test_the_lender_index_grows_keeping_each_keys_walk(monkeypatch):
+    """The index of lenders starts small and doubles while more than half full; every key still finds the walk it
+    was recorded with, and walks composed through a grown index equal whole walks."""
+    from constrain.runtime.lexical import _index_find, _index_put
+
+    vocab = random_vocabulary(['"', "ab", "a", "b", "c", "12", "x"], count=400, seed=3, all_bytes=True)
+    store = LexicalMasks(vocab)
+    rng = np.random.default_rng(0)
+    keys = np.unique(rng.integers(1, 2**63, size=3 * store.FIRST_LENDER_SLOTS, dtype=np.uint64))
+    walks = rng.integers(1, 50, size=len(keys)).astype(np.uint64)
+    for start in range(0, len(keys), 200):
+        chunk = slice(start, start + 200)
+        while 2 * (store._num_lenders + 200) > len(store._lender_keys):
+            store._grow_lender_index()
+        for walk in np.unique(walks[chunk]):
+            mine = keys[chunk][walks[chunk] == walk]
+            store._num_lenders += _index_put(store._lender_keys, store._lender_walks, mine, walk)
+    assert len(store._lender_keys) >= 8 * store.FIRST_LENDER_SLOTS
+    assert store._num_lenders == len(keys)
+    found, got = _index_find(store._lender_keys, store._lender_walks, keys)
+    assert found.all() and (got == walks).all()
+
+    monkeypatch.setattr(LexicalMasks, "FIRST_LENDER_SLOTS", 4)
+    monkeypatch.setattr(LexicalMasks, "MIN_BORROWED_TOKENS", 4)  # so that this small vocabulary's subtrees lend
+    schema = {"type": "object", "additionalProperties": {"type": "string", "pattern": "^[abc]+$"}}
+    structure = compile_json_schema(schema, vocab)
+    machine, masks = structure.machine, structure.masks
+    for text in (b'{"', b'{"a', b'{"ab":"', b'{"x":"a', b'{"c":"ab'):
+        configs = machine.read(machine.start, text)
+        words = masks.get(configs)
+        expected = np.zeros_like(words)
+        machine.walk(configs, vocab.trie, expected)
+        assert (words == expected).all(), text
+    assert len(LexicalMasks.of(vocab)._lender_keys) > 4
