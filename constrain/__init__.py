@@ -55,6 +55,8 @@ _EXPORTS = {
     "beam_search": "constrain.decoding",
     "Speculation": "constrain.decoding",
     "PromptLookup": "constrain.decoding",
+    "Candidate": "constrain.decoding.selection",
+    "Selection": "constrain.decoding.selection",
     "generate": "constrain.integrations.transformers",
     "ConstrainError": "constrain.errors",
     "StructureError": "constrain.errors",
@@ -94,6 +96,7 @@ if TYPE_CHECKING:
     from constrain.compilers.specs import GBNF, Lark, Regex
     from constrain.compilers.warmup import warmup
     from constrain.decoding import PromptLookup, Sampler, SamplingParams, Speculation, beam_search
+    from constrain.decoding.selection import Candidate, Selection
     from constrain.errors import (
         AmbiguityError,
         AutomatonTooLarge,

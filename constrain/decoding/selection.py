@@ -35,7 +35,7 @@ from typing import Any, Literal
 import numpy as np
 import pydantic_core
 
-from constrain.errors import ArgumentError, OutputValidationError
+from constrain.errors import ArgumentError
 
 __all__ = [
     "MAX_MBR_CANDIDATES",
@@ -208,9 +208,9 @@ def self_consistency(
     ``by="field"``: where every candidate's data is a JSON object, each key takes its most frequent value (a key
     some candidates lack votes :data:`MISSING` for them, and is left out when that wins); a key whose values are
     all objects is voted on field by field in turn, at any depth; arrays and scalars are voted on whole. The
-    combination goes through ``validate`` (plain data -> the typed value, raising
-    :class:`~constrain.errors.OutputValidationError` when refused; None: kept as plain data); a refused
-    combination falls back to the most frequent whole value (``combined`` is then False).
+    combination goes through ``validate`` (plain data -> the typed value, raising a ValueError such as
+    :class:`~constrain.errors.OutputValidationError` or pydantic's ``ValidationError`` when refused; None: kept as
+    plain data); a refused combination falls back to the most frequent whole value (``combined`` is then False).
     """
     if by not in ("object", "field"):
         raise ArgumentError("by", by, "'object' (whole values) or 'field' (each field of a JSON object)")
@@ -231,7 +231,7 @@ def self_consistency(
         if data != pool[index].data:
             try:
                 value, combined = (validate(data) if validate is not None else data), True
-            except OutputValidationError:
+            except ValueError:  # OutputValidationError, pydantic's ValidationError
                 pass
     return Selection("self_consistency", index, value, pool, scores, confidence, votes, fields, combined)
 
