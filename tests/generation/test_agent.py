@@ -9,7 +9,6 @@ from typing import Annotated, Literal
 
 import jsonschema
 import pytest
-import torch
 from pydantic import Field
 
 import constrain
@@ -18,14 +17,6 @@ from constrain.generation.agent import ToolRun
 from constrain.tools import as_tool
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def llm():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield constrain.LLM()
-    torch.set_num_threads(threads)
 
 
 CALLS: list[tuple[str, str]] = []

@@ -38,15 +38,6 @@ from constrain.integrations.transformers import StructureLogitsProcessor
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def llm():
-    """The embedded model on one torch thread (two threads that wait for each other are slower on 2 cores)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield constrain.LLM()
-    torch.set_num_threads(threads)
-
-
 class Address(BaseModel):
     city: str = Field(max_length=20)
     country: str = Field(max_length=20)

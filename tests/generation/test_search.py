@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import jsonschema
 import pytest
-import torch
 from pydantic import BaseModel, Field
 
 import constrain
@@ -14,15 +13,6 @@ from constrain.decoding.selection import Candidate, row_seeds
 from constrain.errors import ArgumentError, IncompleteOutputError
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def llm():
-    """The embedded model on one torch thread (two threads that wait for each other are slower on 2 cores)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield constrain.LLM()
-    torch.set_num_threads(threads)
 
 
 class City(BaseModel):
