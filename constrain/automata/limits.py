@@ -58,8 +58,12 @@ COMPILE_CACHE_BYTES = 256 << 20
 class _Deadline:
     """A time limit in force: when it runs out (a :func:`compile_clock` value, infinite for none), when the block
     started, whether it paused the garbage collector, and the wall-clock time before which the CPU clock is not
-    read again. Reading the CPU clock is a system call of about a microsecond, and the limit is looked at hundreds
-    of times in a small compile."""
+    read again.
+
+    A thread's CPU time grows no faster than the wall clock, so until as much wall-clock time has passed as the
+    limit (or the collector's pause) allows, neither can have been reached, and the CPU clock is not read at all:
+    reading it is a system call that takes a microsecond on a quiet machine and tens of microseconds, sometimes
+    milliseconds, on a loaded virtual one, and a compile looks at its limit hundreds of times."""
 
     __slots__ = ("at", "started", "paused", "next_look")
 
@@ -67,10 +71,25 @@ class _Deadline:
         self.at = at
         self.started = started
         self.paused = False
-        self.next_look = 0.0
+        self.next_look = time.perf_counter() + min(collector.PAUSE_AFTER, at - started)
+
+    def look(self, now: float) -> None:
+        """Read the CPU clock (``now``: the wall clock): pause the collector or raise when due, and set when to
+        look again: once as much wall-clock time has passed as the CPU time left before either, and not sooner
+        than :data:`_LOOK_EVERY` from now."""
+        clock = compile_clock()
+        if not self.paused and clock - self.started > collector.PAUSE_AFTER:
+            collector.pause()
+            self.paused = True
+        if clock > self.at:
+            raise CompileTimeout("building the automata ran past the time limit")
+        left = self.at - clock
+        if not self.paused:
+            left = min(left, collector.PAUSE_AFTER - (clock - self.started))
+        self.next_look = now + max(left, _LOOK_EVERY)
 
 
-#: How long (wall-clock seconds) a look at the time limit holds: it may be noticed this much late.
+#: Least wall-clock time between two reads of the CPU clock near a limit: it may be noticed this much late.
 _LOOK_EVERY = 0.001
 
 _DEADLINE: contextvars.ContextVar[_Deadline | None] = contextvars.ContextVar("constrain_deadline", default=None)
@@ -113,13 +132,13 @@ def compile_clock() -> float:
 
 
 @contextmanager
-def deadline(at: float | None) -> Iterator[None]:
+def deadline(at: float | None, *, started: float | None = None) -> Iterator[None]:
     """Within the block, automaton construction raises :class:`CompileTimeout` once :func:`compile_clock`
     passes ``at`` (None: no limit). CPU time, so a loaded machine does not change the outcome; the guard against
     hostile inputs that no size limit catches. A block that runs longer than
     :data:`~constrain.collector.PAUSE_AFTER` pauses the garbage collector until it ends (see
-    :mod:`constrain.collector`)."""
-    limit = _Deadline(math.inf if at is None else at, compile_clock())
+    :mod:`constrain.collector`). ``started``: :func:`compile_clock` now, when the caller has just read it."""
+    limit = _Deadline(math.inf if at is None else at, compile_clock() if started is None else started)
     token = _DEADLINE.set(limit)
     try:
         yield
@@ -139,12 +158,18 @@ def time_limited(seconds: float | None, what: str) -> Iterator[None]:
     if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0):
         raise ArgumentError("time_limit", seconds, "seconds of CPU time (a number, 0 or more), or None for no limit")
     outer = _DEADLINE.get()
-    at = math.inf if seconds is None else compile_clock() + seconds
-    if outer is not None and outer.at <= at:  # the caller's limit comes first: it reports its own
+    # The caller's limit comes first when it ends no later than this one: it reports its own. The clock has moved
+    # on since the caller's limit started, so one that ends within ``seconds`` of its start needs no reading.
+    if outer is not None and (seconds is None or outer.at <= outer.started + seconds):
+        yield
+        return
+    now = None if seconds is None else compile_clock()
+    at = math.inf if now is None else now + seconds
+    if outer is not None and outer.at <= at:
         yield
         return
     try:
-        with deadline(None if seconds is None else at):
+        with deadline(None if seconds is None else at, started=now):
             yield
     except CompileTimeout as exc:
         if seconds is None:  # an inner limit ran out: it said so
@@ -160,12 +185,5 @@ def check_deadline() -> None:
     if limit is None:
         return
     now = time.perf_counter()
-    if now < limit.next_look:
-        return
-    limit.next_look = now + _LOOK_EVERY
-    clock = compile_clock()
-    if not limit.paused and clock - limit.started > collector.PAUSE_AFTER:
-        collector.pause()
-        limit.paused = True
-    if clock > limit.at:
-        raise CompileTimeout("building the automata ran past the time limit")
+    if now >= limit.next_look:
+        limit.look(now)

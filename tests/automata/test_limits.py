@@ -5,8 +5,11 @@ from __future__ import annotations
 import threading
 import time
 
+import constrain.automata.limits as limits
 from constrain.automata.limits import compile_clock
-from constrain.compilers.json_schema import schema_to_grammar
+from constrain.compilers.json_schema import compile_json_schema, schema_to_grammar
+from constrain.compilers.pydantic import compile_pydantic
+from constrain.testing import byte_vocabulary
 
 
 def _burn(seconds: float) -> None:
@@ -55,3 +58,20 @@ def test_compiles_in_threads_each_get_their_own_time_limit():
         thread.join()
     assert outcomes == ["ok"] * 4, outcomes
     assert time.process_time() - process_started > limit  # the process as a whole ran past the limit
+
+
+def test_a_short_compile_reads_the_cpu_clock_once(monkeypatch):
+    """The CPU clock is a costly system call on a loaded virtual machine; a thread's CPU time grows no faster than
+    the wall clock, so a compile that ends well within its limit reads it only when the limit starts (the nested
+    limits of the compilers it calls included), however often it looks at the limit."""
+    vocab = byte_vocabulary()
+    schema = {"type": "object", "properties": {"a": {"type": "string", "pattern": "^[a-z]+$"}, "b": {"enum": [1, 2]}}}
+    schema_to_grammar(schema)  # the process's one-off costs first
+    reads = []
+    clock = limits.compile_clock
+    monkeypatch.setattr(limits, "compile_clock", lambda: reads.append(1) or clock())
+    compile_json_schema(schema, vocab)
+    assert len(reads) == 1
+    reads.clear()
+    compile_pydantic(int, vocab)  # a JSON Schema compile inside a Pydantic one
+    assert len(reads) == 1
