@@ -27,12 +27,12 @@ With ``logprobs=k``, each generated token comes with a :class:`TokenLogprob`: it
 most likely alternatives under the model's distribution *under the structure* (the log-softmax of the logits after
 the penalties, the logit bias and the structure mask, before temperature and top-k/p/min-p: OpenAI reports the
 model's distribution, not the sampler's) and that distribution's entropy; its log-probability under the raw model
-(the log-softmax of the logits as the model gave them); and under the distribution the sampler drew it from. A
-row that asks for them gets every logit from the model (no sparse output layer: the raw distribution needs them
-all). A token the structure forces (fast-forward) had probability 1 under the structure: log-probability 0.0,
-itself as its only alternative, entropy 0.0, and its raw log-probability is unknown (None: the pass that reads
-forced tokens gives logits after the last of them only). Under speculative decoding the records of the accepted
-tokens come from the verifying pass's logits and are those plain decoding gives.
+(the log-softmax of the logits as the model gave them; None at a step where a sparse output layer computed the
+allowed tokens' logits only); and under the distribution the sampler drew it from. A token the structure forces
+(fast-forward) had probability 1 under the structure: log-probability 0.0, itself as its only alternative,
+entropy 0.0, and its raw log-probability is unknown (None: the pass that reads forced tokens gives logits after
+the last of them only). Under speculative decoding the records of the accepted tokens come from the verifying
+pass's logits and are those plain decoding gives.
 
 :class:`Decoding` is iterable: each step yields the tokens appended in that step, so a caller can stream them; the
 rows (:class:`DecodedRow`) hold the tokens and why each row stopped. Finished rows of a batch keep being fed an
@@ -114,7 +114,8 @@ class TokenLogprob:
     most the ``logprobs`` asked for; tokens the structure rules out (log-probability ``-inf``) are never listed, so
     a position that allows fewer tokens lists fewer.
     ``model_logprob``: under the raw model: the log-softmax of its logits before the penalties, the bias and the
-    mask (over the model's whole row of logits). None where no logits were computed at the position.
+    mask (over the model's whole row of logits). None where the model did not compute them all at the position:
+    a forced token, or a step its sparse output layer projected to the allowed tokens only.
     ``sampled_logprob``: under the distribution the token was drawn from, after temperature and top-k/p/min-p (0.0
     for greedy's arg-max; under contrastive decoding, the distribution of the contrastive scores). None where
     nothing was drawn (beam search).
@@ -216,6 +217,8 @@ class Decoding:
         self.speculation = speculation
         self.contrastive = _check_contrastive(contrastive, model, len(prompts))
         self._amateur_logits: Any = None
+        #: The allowed ids the last pass projected each row to (None: every logit), as :meth:`_fill_masks` gave them.
+        self._projected: list[np.ndarray | None] | None = None
         #: Rounds, acceptance per position and time of speculative decoding (None without it).
         self.speculation_stats = SpeculationStats(speculation.k) if speculation is not None else None
         self.model = model
@@ -297,6 +300,7 @@ class Decoding:
         """Fill the masks of the next step, then run the model (``"prefill"`` or ``"extend"``) on ``tokens`` with
         the rows' allowed ids; a model amateur reads the same tokens."""
         allowed = self._fill_masks()
+        self._projected = allowed
         self.forward_passes += 1
         self.logit_rows += len(tokens)
         amateur = self.contrastive.amateur if self.contrastive is not None else None
@@ -324,7 +328,7 @@ class Decoding:
             elif row.matcher is not None:
                 row.matcher.fill_bitmask(mask, i)
                 size = row.matcher.structure.vocab.size
-                if limit and self._top[i] is None:  # a row that wants log-probabilities needs every logit
+                if limit:
                     allowed[i] = few_allowed_ids(mask[i], size, limit)
             else:
                 mask[i] = -1  # a free row: every token
@@ -379,10 +383,12 @@ class Decoding:
         rows = [i for i, row in enumerate(self.rows) if row.finish_reason is None and self._top[i] is not None]
         if not rows:
             return {}
+        projected = self._projected
         records = token_records(
             logits[rows], [drawn[i] for i in rows], [self._top[i] for i in rows],
             history=[history[i] for i in rows], params=[self.sampler.row_params(i) for i in rows],
             mask=self._bitmask[rows] if self._bitmask is not None else None, probs=probs[rows],
+            whole=[projected is None or projected[i] is None for i in rows],
         )  # fmt: skip
         return dict(zip(rows, records))
 
@@ -402,8 +408,7 @@ class Decoding:
         allowed = None
         if row.matcher is not None:
             row.matcher.fill_draft_bitmasks(block, mask, 0)
-            if self._top[0] is None:  # log-probabilities need every logit
-                allowed = self._sparse_rows(mask, row.matcher.structure.vocab.size)
+            allowed = self._sparse_rows(mask, row.matcher.structure.vocab.size)
         else:
             mask[:] = -1
         with Timer(stats, "verify_seconds"):
@@ -419,7 +424,7 @@ class Decoding:
         observe = getattr(spec.source, "observe", None)
         if callable(observe):
             observe(block, kept, logits)
-        records = self._verified_records(logits, history, mask, target, [*block[:kept], token], forced)
+        records = self._verified_records(logits, history, mask, target, [*block[:kept], token], forced, allowed)
         appended: list[tuple[int, int]] = []
         for j, t in enumerate([*block[:kept], token]):
             if row.matcher is not None:
@@ -445,6 +450,7 @@ class Decoding:
         target: np.ndarray,
         tokens: list[int],
         forced: list[bool],
+        allowed: list[np.ndarray | None] | None,
     ) -> list[TokenLogprob] | None:
         """The records of a round's kept tokens (None when the row wants none): a forced draft's is a forced
         token's, the others' come from the verifying pass's logits at their positions and the target's sampling
@@ -455,7 +461,7 @@ class Decoding:
         n = len(tokens)
         records = token_records(
             logits[:n], tokens, [top] * n, history=history[:n], params=[self.sampler.row_params(0)] * n,
-            mask=mask[:n], probs=target[:n],
+            mask=mask[:n], probs=target[:n], whole=[allowed is None or allowed[j] is None for j in range(n)],
         )  # fmt: skip
         return [
             _forced_record(t, top) if j < len(forced) and forced[j] else record
@@ -599,12 +605,14 @@ def token_records(
     params: Sequence[SamplingParams] | None = None,
     mask: Any = None,
     probs: Any = None,
+    whole: Sequence[bool] | None = None,
 ) -> list[TokenLogprob]:
     """One :class:`TokenLogprob` per row of ``logits`` (``(n, width)``, as the model gave them) for the chosen
     ``tokens``, each listing ``tops[r]`` alternatives. ``history`` and ``params``: the penalties' and the logit
     bias's inputs (none when None); ``mask``: the structure's bitmask rows (free text when None); ``probs``: the
-    distributions the tokens were drawn from (``sampled_logprob`` None when None). Costs a few passes over each
-    row."""
+    distributions the tokens were drawn from (``sampled_logprob`` None when None); ``whole``: per row, whether the
+    model computed every logit (``model_logprob`` None where not: a sparse output layer's row). Costs a few passes
+    over each row."""
     z = _host(logits)
     model = log_softmax(z)
     if params is not None:
@@ -621,7 +629,8 @@ def token_records(
         if drawn is not None:
             p = float(drawn[r, token])
             sampled = math.log(p) if p > 0 else -math.inf
-        out.append(_token_logprob(structured[r], token, top, float(model[r, token]), sampled, float(spread[r])))
+        raw = float(model[r, token]) if whole is None or whole[r] else None
+        out.append(_token_logprob(structured[r], token, top, raw, sampled, float(spread[r])))
     return out
 
 

@@ -184,17 +184,23 @@ def test_greedy_records_and_forced_tokens(vocab):
             assert entry.model_logprob == pytest.approx(log_softmax(raw)[entry.token], abs=1e-6)
 
 
-def test_a_row_that_wants_logprobs_gets_every_logit_from_a_sparse_model(vocab, structure):
-    """The raw model's log-probability needs the whole row: the row that asks is never projected sparsely."""
-    model = PairModel(vocab.size, seed=2, sparse_limit=vocab.size)
-    rows = Decoding(  # the same prompt: the rows end together
-        model, [[0], [0]], structures=structure, max_new_tokens=5, logprobs=[1, None], fast_forward="off"
-    ).run()
-    assert rows[0].tokens == rows[1].tokens
-    assert all(allowed is not None and allowed[0] is None and allowed[1] is not None for allowed in model.allowed_given)
-    for j, entry in enumerate(rows[0].logprobs):
-        raw = model.after([0] + rows[0].tokens[:j])
-        assert entry.model_logprob == pytest.approx(log_softmax(raw)[entry.token], abs=1e-6)
+def test_a_sparse_output_layer_keeps_its_rows_and_leaves_the_raw_logprob_unknown(vocab, structure):
+    """Asking for log-probabilities does not cost the sparse output layer: a projected row's records hold the
+    exact log-probability under the structure (the allowed tokens' logits are exact) and the same tokens as a dense
+    model's, but no raw log-probability (None), which needs every logit."""
+    sparse = PairModel(vocab.size, seed=2, sparse_limit=vocab.size)
+    dense = PairModel(vocab.size, seed=2)
+    runs = [
+        Decoding(model, [[0]], structures=structure, max_new_tokens=5, logprobs=2, fast_forward="off").run()[0]
+        for model in (sparse, dense)
+    ]
+    assert all(allowed is not None and allowed[0] is not None for allowed in sparse.allowed_given)
+    assert runs[0].tokens == runs[1].tokens and runs[0].logprobs
+    for mine, theirs in zip(runs[0].logprobs, runs[1].logprobs):
+        assert mine.model_logprob is None and theirs.model_logprob is not None
+        assert mine.logprob == pytest.approx(theirs.logprob, abs=1e-6)
+        assert mine.entropy == pytest.approx(theirs.entropy, abs=1e-6)
+        assert [t for t, _ in mine.top] == [t for t, _ in theirs.top]
 
 
 def test_contrastive_sampled_logprob_is_the_contrastive_distribution(vocab, structure):
