@@ -6,8 +6,9 @@ Run: .venv/bin/python benchmarks/bench_memory.py [--limit N] [--plot benchmarks/
 
 Start-up steps are measured in order: Python with numpy; the Gemma tokenizer (transformers); constrain's modules
 (numba, the compilers); the ``Vocabulary`` (from the on-disk cache); ``constrain.warmup()`` (numba's kernels
-loaded); ``constrain.warmup(vocab)`` (the vocabulary's store of lexical walks, as a server makes at start). "Added at start" is the last minus the tokenizer's step: what constrain itself adds. Then each schema is
-compiled (``strict``, the default time limit), its first mask computed and its valid instances forced (a mask and an
+loaded); ``constrain.warmup(vocab)`` (the vocabulary's store of lexical walks, as a server makes at start).
+"Added at start" is the last minus the tokenizer's step: what constrain itself adds. Then each schema is compiled
+(``strict``, the default time limit), its first mask computed and its valid instances forced (a mask and an
 advance per token), as requests would; the resident set size (``VmRSS``) is sampled every ``--every`` schemas. The
 plot draws it against schemas compiled, with the process's cache budget (``constrain.set_cache_budget``) above
 the start-up memory as a line.
