@@ -146,11 +146,7 @@ class CompiledStructure:
         self.source = source
         self.eos_ids = frozenset(int(t) for t in vocab.eos_ids)
         self.transitions = TransitionCache(cache_bytes // TRANSITION_CACHE_SHARE)
-        #: Per token id: 1 when its bytes are read (matchable, not an end of sequence); a bytes object, cheaper to
-        #: index than the numpy array.
-        readable = vocab.matchable.copy()
-        readable[vocab.eos_ids] = False
-        self._readable = readable.tobytes()
+        self._readable = vocab.readable  # per token id: 1 when its bytes are read
         self._size = vocab.size
 
     start: Hashable

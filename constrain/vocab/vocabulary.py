@@ -90,6 +90,7 @@ class Vocabulary:
         "trie",
         "kind",
         "special_names",
+        "readable",
         "_blob",
     )
 
@@ -121,6 +122,11 @@ class Vocabulary:
         self.kind = kind
         self.special_names = dict(special_names or {})
         self._blob = self.data.tobytes()
+        readable = self.matchable.copy()
+        readable[self.eos_ids] = False
+        #: Per token id: 1 when its bytes are read (matchable, not an end of sequence). A bytes object, cheaper to
+        #: index than the array; made once here rather than by every structure compiled over the vocabulary.
+        self.readable = readable.tobytes()
         self.fingerprint = fingerprint or _fingerprint(self.data, self.offsets, self.matchable, self.eos_ids)
         for arr in (self.data, self.offsets, self.matchable, self.eos_ids, *_trie_arrays(trie)):
             arr.flags.writeable = False

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import cached_property
 from typing import Any
 from urllib.parse import quote, unquote, urljoin
@@ -218,6 +218,21 @@ class _Document:
         return registries[-1].combine(*reversed(registries[:-1]))
 
     @cached_property
+    def nested_dialects(self) -> bool:
+        """Whether a subschema declares a ``$schema`` of its own (its keywords may then mean what another
+        dialect says)."""
+        stack = list(self.schema.values()) if isinstance(self.schema, Mapping) else []
+        while stack:
+            node = stack.pop()
+            if isinstance(node, Mapping):
+                if "$schema" in node:
+                    return True
+                stack.extend(node.values())
+            elif isinstance(node, list):
+                stack.extend(node)
+        return False
+
+    @cached_property
     def ptr_of(self) -> dict[int, str]:
         """The pointer of every object in the document (values of enum/const/default/examples aside), by
         identity: where a reference that is not a plain pointer into the root lands. Made when first needed."""
@@ -425,8 +440,14 @@ class _Document:
             verdict = self._verdicts.get(key)
             if verdict is None:
                 _check_time(part.ptr)  # jsonschema's own time is unbounded: a large enum against a large schema
-                schema = self.validation_schema(part) if standalone is None else standalone[0]
-                verdict = self._verdicts[key] = validator.evolve(schema=schema).is_valid(value)
+                if standalone is not None:
+                    verdict = _plain_verdict(standalone[0], value, self.cls.VALIDATORS, self.draft4)
+                elif part.neg is None and not self.nested_dialects:
+                    verdict = _plain_verdict(self.node(part.ptr), value, self.cls.VALIDATORS, self.draft4, self.node)
+                if verdict is None:
+                    schema = self.validation_schema(part) if standalone is None else standalone[0]
+                    verdict = validator.evolve(schema=schema).is_valid(value)
+                self._verdicts[key] = verdict
             if not verdict:
                 return False
         return True
@@ -448,6 +469,92 @@ class _Document:
         found = None if _refers(schema) else (schema, json.dumps(schema, sort_keys=True))
         self._standalone[key] = found
         return found
+
+
+#: The keywords :func:`_plain_verdict` evaluates itself.
+_PLAIN_KEYWORDS = frozenset(("type", "enum", "const", "not"))
+#: Most ``$ptr`` links one check follows (synthetic schemas name others; the chains are short).
+_MAX_PLAIN_HOPS = 8
+_TYPE_NAMES = frozenset(("null", "boolean", "string", "array", "object", "number", "integer"))
+
+
+def _plain_verdict(
+    schema: Any, value: Any, known: Mapping[str, Any], draft4: bool, node: Callable[[str], Any] | None = None
+) -> bool | None:
+    """Whether ``value`` satisfies ``schema`` when the schema asserts nothing but ``type``, ``enum``, ``const`` and
+    ``not`` of such schemas (a keyword its dialect does not know is ignored, as jsonschema ignores it); None for
+    any other schema (a reference among them). ``node`` looks up the pointers of a synthetic schema's ``$ptr``.
+    Most enum values are checked against such parts (an enum beside its type, an exclusive ``oneOf``'s or an
+    ``if``'s negated branches), where jsonschema's set-up costs far more than the check."""
+    for _ in range(_MAX_PLAIN_HOPS):
+        if node is None or not isinstance(schema, Mapping) or len(schema) != 1 or "$ptr" not in schema:
+            break
+        schema = node(schema["$ptr"])
+    if isinstance(schema, bool):
+        return schema
+    if not isinstance(schema, Mapping) or "$schema" in schema or "$ptr" in schema:
+        return None  # a dialect of its own, or a synthetic schema met past the hops: left to jsonschema
+    for keyword, argument in schema.items():
+        if keyword not in known:
+            continue
+        if keyword not in _PLAIN_KEYWORDS:
+            return None
+        if keyword == "type":
+            ok = _has_type(value, argument, draft4)
+        elif keyword == "enum":
+            ok = isinstance(argument, list) and any(_json_equal(value, item) for item in argument)
+        elif keyword == "const":
+            ok = _json_equal(value, argument)
+        else:
+            inner = _plain_verdict(argument, value, known, draft4, node)
+            ok = None if inner is None else not inner
+        if ok is None:
+            return None
+        if not ok:
+            return False
+    return True
+
+
+def _has_type(value: Any, type_: Any, draft4: bool) -> bool | None:
+    """jsonschema's ``type`` check of draft 4 and later (None for a type name it does not define)."""
+    names = [type_] if isinstance(type_, str) else type_
+    if not isinstance(names, list) or not all(isinstance(n, str) and n in _TYPE_NAMES for n in names):
+        return None
+    for name in names:
+        if name == "null":
+            ok = value is None
+        elif name == "boolean":
+            ok = isinstance(value, bool)
+        elif name == "string":
+            ok = isinstance(value, str)
+        elif name == "array":
+            ok = isinstance(value, list)
+        elif name == "object":
+            ok = isinstance(value, Mapping)
+        elif name == "number":
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        else:  # integer
+            ok = (isinstance(value, int) and not isinstance(value, bool)) or (
+                not draft4 and isinstance(value, float) and value.is_integer()
+            )
+        if ok:
+            return True
+    return False
+
+
+def _json_equal(a: Any, b: Any) -> bool:
+    """JSON equality as JSON Schema defines it: numbers by value, ``true`` is not ``1``, objects unordered."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    if isinstance(a, str) or isinstance(b, str) or a is None or b is None:
+        return type(a) is type(b) and a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    return False
 
 
 def _refers(schema: Any) -> bool:

@@ -1,0 +1,98 @@
+"""The enum-value check that skips jsonschema for schemas of ``type``/``enum``/``const``/``not`` alone
+(``document._plain_verdict``) against jsonschema itself: random schemas of those keywords, random JSON values,
+three dialects. Wherever it answers, it must answer as jsonschema does; it must answer for every such schema, and
+leave any other schema (a ``format``, a bound) to jsonschema."""
+
+from __future__ import annotations
+
+import jsonschema
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from constrain.compilers.json_schema import schema_to_grammar
+from constrain.compilers.json_schema.document import _plain_verdict
+from constrain.grammar import build_pushdown
+from constrain.runtime.pushdown import Machine
+
+DIALECTS = {
+    "draft4": jsonschema.Draft4Validator,
+    "draft7": jsonschema.Draft7Validator,
+    "2020-12": jsonschema.Draft202012Validator,
+}
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.sampled_from([0.0, 1.0, -2.0, 1.5, 2.25]),
+    st.sampled_from(["", "a", "b", "1", "true"]),
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.sampled_from(["a", "b"]), inner, max_size=2)
+    ),
+    max_leaves=6,
+)
+type_names = st.sampled_from(["null", "boolean", "integer", "number", "string", "array", "object"])
+
+
+def plain_schemas(depth: int = 2):
+    keywords = {
+        "type": st.one_of(type_names, st.lists(type_names, min_size=1, max_size=3, unique=True)),
+        "enum": st.lists(values, min_size=1, max_size=4),
+        "const": values,
+        "title": st.just("ignored"),
+        "x-unknown": values,  # not a keyword: ignored by jsonschema, and so here
+    }
+    if depth:
+        keywords["not"] = st.one_of(st.booleans(), st.deferred(lambda: plain_schemas(depth - 1)))
+    return st.fixed_dictionaries({}, optional=keywords)
+
+
+@pytest.mark.parametrize("dialect", list(DIALECTS))
+@settings(max_examples=400, deadline=None)
+@given(schema=plain_schemas(), value=values)
+def test_plain_verdict_is_jsonschemas(dialect, schema, value):
+    cls = DIALECTS[dialect]
+    verdict = _plain_verdict(schema, value, cls.VALIDATORS, draft4=dialect == "draft4")
+    assert verdict is not None, schema
+    assert verdict == cls(schema).is_valid(value), (schema, value)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"enum": ["a"], "format": "date"},
+        {"type": "string", "minLength": 2},
+        {"not": {"pattern": "^a"}},
+        {"type": ["string", {"type": "null"}]},
+    ],
+)
+def test_other_keywords_are_left_to_jsonschema(schema):
+    assert _plain_verdict(schema, "a", jsonschema.Draft202012Validator.VALIDATORS, draft4=False) is None
+
+
+def test_draft4_integer_is_not_a_float():
+    """Draft 4's ``integer`` excludes ``1.0``, later drafts include it: the enum keeps the values each allows."""
+    known = jsonschema.Draft4Validator.VALIDATORS
+    assert _plain_verdict({"type": "integer"}, 1.0, known, draft4=True) is False
+    assert _plain_verdict({"type": "integer"}, 1.0, jsonschema.Draft7Validator.VALIDATORS, draft4=False) is True
+
+
+def test_enum_values_filtered_by_negated_branches():
+    """An exclusive ``oneOf`` checks each enum value against the negation of the other branches: the values both
+    branches allow are produced by neither, the rest by their own branch."""
+    schema = {
+        "oneOf": [
+            {"type": "string", "enum": ["a", "b", "c"]},
+            {"type": "string", "enum": ["b", "c", "d"], "not": {"const": "c"}},
+        ]
+    }
+    grammar, _ = schema_to_grammar(schema)
+    machine = Machine.from_pushdown(build_pushdown(grammar))
+    for value in "abcde":
+        configs = machine.read(machine.start, f'"{value}"'.encode())
+        accepted = bool(configs) and machine.can_end(configs)
+        assert accepted == jsonschema.Draft202012Validator(schema).is_valid(value), value
