@@ -192,9 +192,23 @@ class _Parser(_ParsePattern):
 def regex_to_dfa(pattern: str) -> ByteDFA:
     """Compile ``pattern`` to a minimal byte DFA whose language is the UTF-8 encodings of its full matches. Kept
     per process, bounded in bytes: one automaton may take a hundred megabytes."""
-    tree = _parse(pattern)
+    return _whole_dfa(pattern, _parse(pattern), pattern)
+
+
+def search_dfa(pattern: str) -> ByteDFA:
+    """A minimal byte DFA of the texts in which ``pattern`` matches somewhere, ``(?s:.)*(?:pattern)(?s:.)*`` (each
+    top-level alternative anchored only by its own ``^``/``$``, as JSON Schema's ``pattern`` searches), built
+    around the pattern's own parse: an unbalanced ``)`` cannot close the group around it, and a RegexError names
+    its place in ``pattern``. Not kept: its callers keep what they make of it."""
+    tree = _Concatenation((_ANY_STAR, _parse(pattern), _ANY_STAR))
+    return _whole_dfa(pattern, tree, f"(?s:.)*(?:{pattern})(?s:.)*")
+
+
+def _whole_dfa(pattern: str, tree, key: str) -> ByteDFA:
+    """The minimal DFA of ``tree`` (parsed from ``pattern``) matched against the whole text; ``key`` names it
+    among the lookahead constructions found too large."""
     if _has_lookaround(tree):
-        refused = _LOOKAROUND_REFUSED.get(pattern)
+        refused = _LOOKAROUND_REFUSED.get(key)
         if refused is not None:  # the construction is slow to fail: a pattern met again is refused at once
             raise AutomatonTooLarge(refused)
         try:
@@ -202,7 +216,7 @@ def regex_to_dfa(pattern: str) -> ByteDFA:
         except AutomatonTooLarge as exc:
             if len(_LOOKAROUND_REFUSED) >= 256:
                 _LOOKAROUND_REFUSED.pop(next(iter(_LOOKAROUND_REFUSED)))
-            _LOOKAROUND_REFUSED[pattern] = str(exc)
+            _LOOKAROUND_REFUSED[key] = str(exc)
             raise
     else:
         nfa = ByteNFA()
@@ -212,12 +226,6 @@ def regex_to_dfa(pattern: str) -> ByteDFA:
     if dfa.is_empty:
         raise RegexError("the regex matches no string", pattern)
     return dfa
-
-
-def check_regex(pattern: str) -> None:
-    """RegexError unless ``pattern`` parses on its own: for callers that embed it in a larger regex, where an
-    unbalanced ``)`` would otherwise close their group and change its meaning."""
-    _parse(pattern)
 
 
 def add_regex(nfa: ByteNFA, pattern: str, src: int, dst: int, *, anchors: bool = True) -> None:

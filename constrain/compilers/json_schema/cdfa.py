@@ -12,7 +12,7 @@ import numpy as np
 from constrain.automata.dfa import ByteDFA
 from constrain.automata.limits import MAX_NFA_STATES, check_deadline
 from constrain.automata.nfa import determinize_arrays
-from constrain.automata.regex import regex_to_dfa
+from constrain.automata.regex import regex_to_dfa, search_dfa
 from constrain.compilers.json_schema.cdfa_kernels import (
     _IS_SPECIAL,
     _SPECIAL_CODES,
@@ -135,9 +135,10 @@ class _CDFA:
         return _CDFA(edges, [i >= lo for i in range(count)])
 
     @staticmethod
-    def from_regex(pattern: str) -> _CDFA:
+    def from_regex(pattern: str, *, search: bool = False) -> _CDFA:
+        """The strings ``pattern`` matches, or with ``search`` the strings in which it matches somewhere."""
         try:
-            dfa = regex_to_dfa(pattern)
+            dfa = search_dfa(pattern) if search else regex_to_dfa(pattern)
         except RegexError as exc:
             if "matches no string" in str(exc):
                 return _CDFA.empty()

@@ -15,7 +15,6 @@ from numba import njit
 from constrain.automata.dfa import DEAD, ByteDFA
 from constrain.automata.limits import AUTOMATON_CACHE_BYTES, MAX_DFA_STATES, check_deadline
 from constrain.automata.minimize import _reduce, column_classes
-from constrain.automata.regex import check_regex
 from constrain.cache import BoundedCache, memoized
 from constrain.compilers.json_schema.cdfa import _CDFA
 from constrain.compilers.json_schema.errors import _TooLarge
@@ -382,17 +381,8 @@ class _StringOutcome(Enum):
 def _searched(pattern: str) -> _CDFA:
     """Strings in which ``pattern`` matches somewhere, minimal; raises RegexError or _TooLarge. Shared per
     process: a few patterns (identifiers, hex ids, versions) recur across most schemas. A RegexError names its
-    place in ``pattern``, not in the search around it."""
-    check_regex(pattern)
-    opening = "(?s:.)*(?:"
-    searched = f"{opening}{pattern})(?s:.)*"
-    try:
-        return _CDFA.from_regex(searched).minimized()
-    except RegexError as exc:
-        if exc.pattern != searched:
-            raise
-        position = None if exc.position is None else min(max(exc.position - len(opening), 0), len(pattern))
-        raise RegexError(exc.reason, pattern, position) from None
+    place in ``pattern``."""
+    return _CDFA.from_regex(pattern, search=True).minimized()
 
 
 @memoized(AUTOMATON_CACHE_BYTES, lambda d, key: _cdfa_bytes(d) + sum(len(text) for texts in key for text in texts))
