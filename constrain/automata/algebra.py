@@ -22,6 +22,7 @@ import numpy as np
 from numba import njit
 
 from constrain.automata.dfa import ByteDFA
+from constrain.automata.interning import grown, insert, lookup, new_index
 from constrain.automata.limits import MAX_DFA_STATES, check_deadline
 from constrain.automata.minimize import _reduce, column_classes
 from constrain.automata.nfa import ByteNFA
@@ -124,20 +125,11 @@ def _product(ta, acc_a, tb, acc_b, mode, max_states):
     when there would be more than ``max_states`` pairs (the table is then not finished)."""
     k = ta.shape[1]
     nb1 = np.int64(tb.shape[0] + 1)
-    size = 1024
-    slots = np.full(size, -1, dtype=np.int64)  # keys
-    values = np.empty(size, dtype=np.int32)
-    cap = 64
-    pair_a = np.empty(cap, dtype=np.int32)
-    pair_b = np.empty(cap, dtype=np.int32)
-    table = np.empty((cap, k), dtype=np.int32)
+    slots, values = new_index(np.int64(1))  # the pair (0, 0): 0 * nb1 + (0 + 1)
+    pair_a = np.zeros(64, dtype=np.int32)
+    pair_b = np.zeros(64, dtype=np.int32)
+    table = np.empty((64, k), dtype=np.int32)
     count = 1
-    pair_a[0] = 0
-    pair_b[0] = 0
-    key0 = np.int64(1)  # 0 * nb1 + (0 + 1)
-    slot = (key0 * np.int64(0x9E3779B1)) & (size - 1)
-    slots[slot] = key0
-    values[slot] = 0
     head = 0
     while head < count:
         x = pair_a[head]
@@ -149,44 +141,17 @@ def _product(ta, acc_a, tb, acc_b, mode, max_states):
                 table[head, c] = -1
                 continue
             key = np.int64(nx) * nb1 + np.int64(ny + 1)
-            slot = (key * np.int64(0x9E3779B1)) & (size - 1)
-            found = -1
-            while slots[slot] >= 0:
-                if slots[slot] == key:
-                    found = values[slot]
-                    break
-                slot = (slot + 1) & (size - 1)
+            slot, found = lookup(slots, values, key)
             if found < 0:
                 if count >= max_states:
                     return table[:0], np.zeros(0, dtype=np.bool_), 1
                 found = count
-                slots[slot] = key
-                values[slot] = found
-                if count == cap:
-                    cap *= 2
-                    grown_a = np.empty(cap, dtype=np.int32)
-                    grown_b = np.empty(cap, dtype=np.int32)
-                    grown_a[:count] = pair_a[:count]
-                    grown_b[:count] = pair_b[:count]
-                    pair_a, pair_b = grown_a, grown_b
-                    grown = np.empty((cap, k), dtype=np.int32)
-                    grown[:count] = table[:count]
-                    table = grown
+                slots, values = insert(slots, values, slot, key, count)
+                if count == pair_a.shape[0]:
+                    pair_a, pair_b, table = grown(pair_a, pair_b, table, count)
                 pair_a[count] = nx
                 pair_b[count] = ny
                 count += 1
-                if 2 * count > size:  # rehash into a table twice the size
-                    size *= 2
-                    old_slots, old_values = slots, values
-                    slots = np.full(size, -1, dtype=np.int64)
-                    values = np.empty(size, dtype=np.int32)
-                    for i in range(old_slots.shape[0]):
-                        if old_slots[i] >= 0:
-                            s = (old_slots[i] * np.int64(0x9E3779B1)) & (size - 1)
-                            while slots[s] >= 0:
-                                s = (s + 1) & (size - 1)
-                            slots[s] = old_slots[i]
-                            values[s] = old_values[i]
             table[head, c] = found
         head += 1
     accepting = np.zeros(count, dtype=np.bool_)

@@ -13,6 +13,7 @@ import numpy as np
 from numba import njit
 
 from constrain.automata.dfa import DEAD, ByteDFA
+from constrain.automata.interning import grown, insert, lookup, new_index
 from constrain.automata.limits import AUTOMATON_CACHE_BYTES, MAX_DFA_STATES, check_deadline
 from constrain.automata.minimize import _reduce, column_classes
 from constrain.cache import BoundedCache, memoized
@@ -271,22 +272,14 @@ def _count_walk(trans, starts, final, least, most, lo, hi, max_states):
     n, k = trans.shape
     free = hi + 1 if hi >= 0 else lo
     width = np.int64(free + 1)
-    size = 1024
-    slots = np.full(size, -1, dtype=np.int64)
-    values = np.empty(size, dtype=np.int32)
-    cap = 64
-    pair_of = np.empty(cap, dtype=np.int32)
-    count_of = np.empty(cap, dtype=np.int32)
-    table = np.empty((cap, k), dtype=np.int32)
+    pair_of = np.zeros(64, dtype=np.int32)
+    count_of = np.zeros(64, dtype=np.int32)
+    table = np.empty((64, k), dtype=np.int32)
     c0 = 0
     if hi >= 0 and most[0] >= 0 and lo <= 0 and most[0] <= hi:
         c0 = free
-    pair_of[0] = 0
     count_of[0] = c0
-    key = np.int64(0) * width + c0
-    slot = (key * np.int64(0x9E3779B1)) & (size - 1)
-    slots[slot] = key
-    values[slot] = 0
+    slots, values = new_index(np.int64(c0))  # the pair 0 with its count: 0 * width + c0
     count = 1
     head = 0
     while head < count:
@@ -309,44 +302,17 @@ def _count_walk(trans, starts, final, least, most, lo, hi, max_states):
             else:
                 c2 = min(c + starts[p, j], lo)
             key = np.int64(q) * width + c2
-            slot = (key * np.int64(0x9E3779B1)) & (size - 1)
-            found = -1
-            while slots[slot] >= 0:
-                if slots[slot] == key:
-                    found = values[slot]
-                    break
-                slot = (slot + 1) & (size - 1)
+            slot, found = lookup(slots, values, key)
             if found < 0:
                 if count >= max_states:
                     return table[:0], np.zeros(0, dtype=np.bool_), 1
                 found = count
-                slots[slot] = key
-                values[slot] = found
-                if count == cap:
-                    cap *= 2
-                    grown_p = np.empty(cap, dtype=np.int32)
-                    grown_c = np.empty(cap, dtype=np.int32)
-                    grown_p[:count] = pair_of[:count]
-                    grown_c[:count] = count_of[:count]
-                    pair_of, count_of = grown_p, grown_c
-                    grown = np.empty((cap, k), dtype=np.int32)
-                    grown[:count] = table[:count]
-                    table = grown
+                slots, values = insert(slots, values, slot, key, count)
+                if count == pair_of.shape[0]:
+                    pair_of, count_of, table = grown(pair_of, count_of, table, count)
                 pair_of[count] = q
                 count_of[count] = c2
                 count += 1
-                if 2 * count > size:
-                    size *= 2
-                    old_slots, old_values = slots, values
-                    slots = np.full(size, -1, dtype=np.int64)
-                    values = np.empty(size, dtype=np.int32)
-                    for i in range(old_slots.shape[0]):
-                        if old_slots[i] >= 0:
-                            s = (old_slots[i] * np.int64(0x9E3779B1)) & (size - 1)
-                            while slots[s] >= 0:
-                                s = (s + 1) & (size - 1)
-                            slots[s] = old_slots[i]
-                            values[s] = old_values[i]
             table[head, j] = found
         head += 1
     accepting = np.zeros(count, dtype=np.bool_)
