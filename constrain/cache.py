@@ -364,7 +364,9 @@ class BoundedCache:
         self._bytes = 0
         self._lock = threading.Lock()
         self._budget = budget
-        self._number = budget.join(self) if budget is not None else -1
+        #: The cache's number in the budget, given at its first entry (None until then): many caches (those of a
+        #: structure never used) hold nothing in their whole life, and joining costs microseconds.
+        self._number: int | None = None
 
     def get(self, key: Hashable) -> Any | None:
         with self._lock:
@@ -379,6 +381,8 @@ class BoundedCache:
     def put(self, key: Hashable, value: Any, nbytes: int) -> None:
         evicted = []
         with self._lock:
+            if self._number is None and self._budget is not None:
+                self._number = self._budget.join(self)
             old = self._entries.pop(key, None)
             if old is not None:
                 self._bytes -= old[1]
@@ -410,7 +414,7 @@ class BoundedCache:
             keys = list(self._entries)
             self._entries.clear()
             self._bytes = 0
-        if self._budget is not None:
+        if self._budget is not None and self._number is not None:
             for key in keys:
                 self._budget.removed(self._number, key)
 

@@ -73,8 +73,8 @@ class TransitionCache:
         self._bytes = 0
         self._reported = 0
         self._lock = threading.Lock()
-        self._budget = budget
-        self._number = budget.join(self) if budget is not None and self.max_bytes > 0 else -1
+        self._budget = budget if self.max_bytes > 0 else None
+        self._number = -1  # its number in the budget, given when it first reports its bytes (-1 until then)
 
     def put(self, key: Hashable, value: Any, nbytes: int) -> None:
         """Keep ``value`` (never None) for ``key``; ``nbytes``: what the key and the value hold (for a transition,
@@ -93,6 +93,8 @@ class TransitionCache:
     def _report(self) -> None:
         with self._lock:
             self._reported = reported = self._bytes
+            if self._number < 0 and self._budget is not None:
+                self._number = self._budget.join(self)
         if self._number >= 0:
             self._budget.added(self._number, None, reported)
 
