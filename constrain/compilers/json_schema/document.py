@@ -502,7 +502,12 @@ def _plain_verdict(
         if keyword == "type":
             ok = _has_type(value, argument, draft4)
         elif keyword == "enum":
-            ok = isinstance(argument, list) and any(_json_equal(value, item) for item in argument)
+            if not isinstance(argument, list):
+                return None
+            if isinstance(value, str) or value is None:  # Python's == is JSON's here: the list's own search
+                ok = value in argument
+            else:
+                ok = any(_json_equal(value, item) for item in argument)
         elif keyword == "const":
             ok = _json_equal(value, argument)
         else:
