@@ -30,7 +30,8 @@ How the output is written
 Keywords
 --------
 Exact: ``type`` (lists too); ``enum``/``const`` (any JSON values, compared as JSON; the candidates are validated
-against the whole conjunction with ``jsonschema``, so they combine exactly with anything); ``properties``,
+against the whole conjunction, by ``jsonschema`` or, for parts of only ``type``/``enum``/``const``/``not``, by an
+equivalent check of its own, so they combine exactly with anything); ``properties``,
 ``required``, ``additionalProperties`` (true / false / schema), ``patternProperties`` (up to
 :data:`MAX_PATTERN_PROPERTIES` distinct patterns per object: the key space is split into the regions they
 define), ``propertyNames`` (string constraints or enums), ``minProperties``/``maxProperties``,
