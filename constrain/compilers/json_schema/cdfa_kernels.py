@@ -128,21 +128,10 @@ def _minimize_flat(ptr, lo, hi, to, acc):
     """:func:`_minimize` over a flat automaton: trimmed, minimal, numbered breadth first from the start with its
     edges read in order (so equal languages give equal automata), each state's edges merged."""
     n = acc.shape[0]
-    # reachable from the start, then able to reach acceptance
-    seen = np.zeros(n, dtype=np.bool_)
-    stack = np.empty(n, dtype=np.int64)
-    seen[0] = True
-    stack[0] = 0
-    top = 1
-    while top > 0:
-        top -= 1
-        s = stack[top]
-        for e in range(ptr[s], ptr[s + 1]):
-            t = to[e]
-            if not seen[t]:
-                seen[t] = True
-                stack[top] = t
-                top += 1
+    # reachable from the start, then able to reach acceptance (a search of the reversed edges)
+    start = np.zeros(n, dtype=np.bool_)
+    start[0] = True
+    seen = _reached(ptr, to, start)
     rev_count = np.zeros(n + 1, dtype=np.int64)
     for s in range(n):
         if seen[s]:
@@ -157,22 +146,7 @@ def _minimize_flat(ptr, lo, hi, to, acc):
             for e in range(ptr[s], ptr[s + 1]):
                 rev[fill[to[e]]] = s
                 fill[to[e]] += 1
-    alive = np.zeros(n, dtype=np.bool_)
-    top = 0
-    for s in range(n):
-        if seen[s] and acc[s]:
-            alive[s] = True
-            stack[top] = s
-            top += 1
-    while top > 0:
-        top -= 1
-        s = stack[top]
-        for j in range(rev_count[s], rev_count[s + 1]):
-            p = rev[j]
-            if not alive[p]:
-                alive[p] = True
-                stack[top] = p
-                top += 1
+    alive = _reached(rev_count, rev, seen & acc)
     if not alive[0]:
         return np.zeros(2, dtype=np.int64), lo[:0].copy(), hi[:0].copy(), to[:0].copy(), np.zeros(1, dtype=np.bool_)
     pos = np.full(n, -1, dtype=np.int64)
@@ -491,23 +465,29 @@ def _byte_nfa_flat(ptr, lo, hi, to, acc, quoted):
 @njit(cache=True, nogil=True)
 def _is_empty_flat(ptr, to, acc):
     """Whether no accepting state can be reached from the start."""
-    n = acc.shape[0]
-    seen = np.zeros(n, dtype=np.bool_)
-    stack = np.empty(n, dtype=np.int64)
-    seen[0] = True
-    stack[0] = 0
-    top = 1
+    start = np.zeros(acc.shape[0], dtype=np.bool_)
+    start[0] = True
+    return not (_reached(ptr, to, start) & acc).any()
+
+
+@njit(cache=True, nogil=True)
+def _reached(ptr, to, seeds):
+    """The states reached from the ``seeds`` (a mask) along the edges ``to[ptr[s]:ptr[s + 1]]`` of each state ``s``
+    (a depth-first search), the seeds included."""
+    seen = seeds.copy()
+    stack = np.flatnonzero(seeds)
+    stack = np.concatenate((stack, np.empty(seeds.shape[0] - stack.shape[0], dtype=stack.dtype)))
+    top = np.int64(np.count_nonzero(seeds))
     while top > 0:
         top -= 1
         s = stack[top]
-        if acc[s]:
-            return False
         for e in range(ptr[s], ptr[s + 1]):
-            if not seen[to[e]]:
-                seen[to[e]] = True
-                stack[top] = to[e]
+            t = to[e]
+            if not seen[t]:
+                seen[t] = True
+                stack[top] = t
                 top += 1
-    return True
+    return seen
 
 
 @njit(cache=True, nogil=True)
