@@ -218,21 +218,6 @@ class _Document:
         return registries[-1].combine(*reversed(registries[:-1]))
 
     @cached_property
-    def nested_dialects(self) -> bool:
-        """Whether a subschema declares a ``$schema`` of its own (its keywords may then mean what another
-        dialect says)."""
-        stack = list(self.schema.values()) if isinstance(self.schema, Mapping) else []
-        while stack:
-            node = stack.pop()
-            if isinstance(node, Mapping):
-                if "$schema" in node:
-                    return True
-                stack.extend(node.values())
-            elif isinstance(node, list):
-                stack.extend(node)
-        return False
-
-    @cached_property
     def ptr_of(self) -> dict[int, str]:
         """The pointer of every object in the document (values of enum/const/default/examples aside), by
         identity: where a reference that is not a plain pointer into the root lands. Made when first needed."""
@@ -442,7 +427,7 @@ class _Document:
                 _check_time(part.ptr)  # jsonschema's own time is unbounded: a large enum against a large schema
                 if standalone is not None:
                     verdict = _plain_verdict(standalone[0], value, self.cls.VALIDATORS, self.draft4)
-                elif part.neg is None and not self.nested_dialects:
+                elif part.neg is None and not self.names_resources:  # no subschema names a dialect of its own
                     verdict = _plain_verdict(self.node(part.ptr), value, self.cls.VALIDATORS, self.draft4, self.node)
                 if verdict is None:
                     schema = self.validation_schema(part) if standalone is None else standalone[0]
