@@ -262,12 +262,15 @@ class CacheBudget:
         self._keys: dict[int, set[Hashable]] = {}  # cache number -> its keys in the order
         self._bytes = 0
         self._next = 0
+        self._forgotten: list[int] = []  # caches collected since the lock was last taken (see _forget)
         self._lock = threading.Lock()
 
     @property
     def used_bytes(self) -> int:
         """The bytes the member caches hold now."""
-        return self._bytes
+        with self._lock:
+            self._settle_forgotten()
+            return self._bytes
 
     def join(self, cache: BoundedCache) -> int:
         with self._lock:
@@ -280,7 +283,15 @@ class CacheBudget:
         return number
 
     def _forget(self, number: int) -> None:
-        with self._lock:
+        """A member cache was collected: noted now, settled at the next call that takes the lock. A finalizer runs
+        wherever the collector does, possibly inside :meth:`added` on this thread, whose lock it would wait on
+        forever."""
+        self._forgotten.append(number)
+
+    def _settle_forgotten(self) -> None:
+        """Drop what collected caches held (under the lock)."""
+        while self._forgotten:
+            number = self._forgotten.pop()
             self._caches.pop(number, None)
             self._bytes -= self._held.pop(number, 0)
             for key in self._keys.pop(number, ()):
@@ -299,6 +310,7 @@ class CacheBudget:
         """A cache put ``key``; evict across caches while over budget (the entry just put stays)."""
         victims: list[tuple[int, Hashable]] = []
         with self._lock:
+            self._settle_forgotten()
             if number not in self._held:
                 return
             old = self._order.pop((number, key), None)
@@ -332,6 +344,7 @@ class CacheBudget:
     def shrink(self) -> None:
         """Evict down to ``max_bytes`` now (after the bound was lowered)."""
         with self._lock:
+            self._settle_forgotten()
             victims = []
             while self._bytes > self.max_bytes and self._order:
                 (victim, key), freed = self._order.popitem(last=False)

@@ -1,38 +1,62 @@
-"""Checks of a built pushdown automaton: every rule can complete, and no rule is left-recursive.
+"""Checks of a grammar's rules before they run: every rule can complete, and no rule is left-recursive.
 
 A rule that can never complete or a left-recursive cycle would make a matcher loop or die without a token to
-blame, so such grammars are refused at build time with the rule's name.
+blame, so such grammars are refused when the pushdown is built, with the rule's name. A rule that calls others is
+checked on its body (the IR), since a pushdown built lazily has not determinised it yet; a call-free rule (a
+regex, a set of literals), on its DFA, which is always built.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
-from constrain.automata.dfa import ByteDFA
 from constrain.errors import GrammarError
-from constrain.grammar.ir import Pushdown
+from constrain.grammar.ir import Alt, Expr, Literal, Pushdown, Ref, Repeat, Seq, calls_of
 
 
-def _completing_rules(rules: tuple[ByteDFA, ...], byte_edges: bool) -> np.ndarray:
-    """Which rules can complete (reach acceptance from their start) through calls of rules that can, and, when
-    ``byte_edges``, byte edges: the least fixpoint.
+def check_rules(pushdown: Pushdown, bodies: tuple[Expr, ...], index: Mapping[str, int]) -> None:
+    """Refuse ``pushdown`` (whose calling rules have ``bodies``, their calls numbered by ``index``) when a rule can
+    never complete, else when a rule can call itself before reading a byte."""
+    callees = [
+        sorted({index[name] for name in calls_of(body)}) if calling else []
+        for body, calling in zip(bodies, pushdown.calling)
+    ]
+    productive = _fixpoint(pushdown, bodies, index, callees, empty=False)
+    if not all(productive):
+        names = [pushdown.names[i] for i, ok in enumerate(productive) if not ok]
+        raise GrammarError(f"these rules can never complete (each needs itself or another such rule): {names}")
+    nullable = _fixpoint(pushdown, bodies, index, callees, empty=True)
+    first_calls: list[list[int]] = []
+    for body, calling in zip(bodies, pushdown.calling):
+        found: dict[int, None] = {}
+        if calling:
+            _first_calls(body, nullable, index, found, {})
+        first_calls.append(list(found))
+    state = [0] * len(bodies)  # 0 unvisited, 1 on the path, 2 done
+    for i in range(len(bodies)):
+        if state[i] == 0:
+            _visit_first_calls(i, [i], first_calls, state, pushdown.names)
 
-    A rule DFA with calls comes out of determinisation trimmed (every state lies on a path to acceptance), so
-    with byte edges it completes as soon as all its callees do: callees are counted down and most rules are
-    settled without a search. Without byte edges, a rule whose start makes no call completes only if its start
-    accepts. The rest (recursions, and rules with a callee that cannot complete) are searched, each looked at
-    again only when one of its callees turns out to complete."""
-    done = [False] * len(rules)  # a list, not an array: it is read and written an element at a time
-    callers: list[list[int]] = [[] for _ in rules]
-    waiting = [0] * len(rules)  # callees not known to complete yet
-    for i, dfa in enumerate(rules):
-        callees = set(dfa.callees)
-        waiting[i] = len(callees)
-        for callee in callees:
+
+def _fixpoint(
+    pushdown: Pushdown, bodies: tuple[Expr, ...], index: Mapping[str, int], callees: list[list[int]], *, empty: bool
+) -> list[bool]:
+    """Which rules can complete (``empty``: without reading a byte): the least fixpoint over the calls.
+
+    A call-free rule answers from its DFA. A calling rule completes as soon as all its callees do (every
+    expression with completing leaves does), so with bytes allowed most rules are settled by counting callees
+    down; the others (recursions, and every rule when no byte may be read) are evaluated on their body, again
+    only when one of their callees turns out to complete."""
+    done = [False] * len(bodies)
+    callers: list[list[int]] = [[] for _ in bodies]
+    waiting = [len(c) for c in callees]  # callees not known to complete yet
+    for i, found in enumerate(callees):
+        for callee in found:
             callers[callee].append(i)
-
-    work: list[int] = []  # rules to search again: a callee of theirs turned out to complete
-    queued = [False] * len(rules)
+    work: list[int] = []
+    queued = [False] * len(bodies)
 
     def settle(i: int) -> None:
         done[i] = True
@@ -42,82 +66,91 @@ def _completing_rules(rules: tuple[ByteDFA, ...], byte_edges: bool) -> np.ndarra
                 waiting[caller] -= 1
                 if done[caller]:
                     continue
-                if byte_edges and waiting[caller] == 0:
+                if not empty and waiting[caller] == 0:
                     done[caller] = True
                     stack.append(caller)
                 elif not queued[caller]:
                     queued[caller] = True
                     work.append(caller)
 
-    for i, dfa in enumerate(rules):
+    for i, calling in enumerate(pushdown.calling):
         if done[i]:
             continue
-        if not dfa.callees:
-            completes = dfa.reaches_acceptance(_NO_CALLS, byte_edges=byte_edges)
-        elif not byte_edges and dfa.calls[0].max() < 0:
-            completes = bool(dfa.accepting[0])
-        else:
-            if not queued[i]:
-                queued[i] = True
-                work.append(i)
-            continue
-        if completes:
-            settle(i)
+        if not calling:
+            dfa = pushdown.rule(i)
+            if bool(dfa.accepting[0]) if empty else dfa.reaches_acceptance(_NO_CALLS, byte_edges=True):
+                settle(i)
+        elif not queued[i]:
+            queued[i] = True
+            work.append(i)
     while work:
         i = work.pop()
         queued[i] = False
-        dfa = rules[i]
-        if not done[i]:
-            usable = np.array([done[callee] for callee in dfa.callees], dtype=bool)
-            if dfa.reaches_acceptance(usable, byte_edges=byte_edges):
-                settle(i)
-    return np.array(done, dtype=bool)
+        if not done[i] and _completes(bodies[i], done, index, empty, {}):
+            settle(i)
+    return done
 
 
 _NO_CALLS = np.zeros(0, dtype=bool)
 _NO_CALLS.flags.writeable = False
 
 
-def _check_productive(pushdown: Pushdown) -> None:
-    productive = _completing_rules(pushdown.rules, byte_edges=True)
-    if not productive.all():
-        names = [pushdown.names[i] for i in np.flatnonzero(~productive)]
-        raise GrammarError(f"these rules can never complete (each needs itself or another such rule): {names}")
+def _completes(expr: Expr, done: list[bool], index: Mapping[str, int], empty: bool, memo: dict[int, bool]) -> bool:
+    """Whether ``expr`` matches some text (``empty``: the empty text) when the rules in ``done`` can complete."""
+    kind = type(expr)
+    if kind is Ref:
+        return done[index[expr.rule]]
+    if kind is Literal:
+        return not (empty and expr.value)
+    if kind is not Seq and kind is not Alt and kind is not Repeat:
+        return not empty  # a terminal left in a calling rule: built as a call-free rule's would be
+    hit = memo.get(id(expr))
+    if hit is None:
+        if kind is Seq:
+            hit = all(_completes(x, done, index, empty, memo) for x in expr.items)
+        elif kind is Alt:
+            hit = any(_completes(x, done, index, empty, memo) for x in expr.items)
+        else:
+            hit = expr.min == 0 or expr.max == 0 or _completes(expr.item, done, index, empty, memo)
+        memo[id(expr)] = hit
+    return hit
 
 
-def _check_left_recursion(pushdown: Pushdown) -> None:
-    rules = pushdown.rules
-    # A rule completes without a byte only if some rule's start accepts (the shortest such completion calls
-    # none): in most grammars (a JSON value is never empty) none does, and the search is not needed.
-    if any(dfa.accepting[0] for dfa in rules):
-        nullable = _completing_rules(rules, byte_edges=False)
-    else:
-        nullable = np.zeros(len(rules), dtype=bool)
-    # Rules callable before any byte is read, from each rule's start.
-    first_calls: list[set[int]] = []
-    for dfa in rules:
-        if not dfa.callees:
-            first_calls.append(set())
-            continue
-        calls: set[int] = set()
-        seen, stack = {0}, [0]
-        while stack:
-            s = stack.pop()
-            for callee, t in zip(dfa.callees, dfa.calls[s].tolist()):
-                if t < 0:
-                    continue
-                calls.add(callee)
-                if nullable[callee] and t not in seen:
-                    seen.add(t)
-                    stack.append(t)
-        first_calls.append(calls)
-    state = [0] * len(rules)  # 0 unvisited, 1 on the path, 2 done
-    for i in range(len(rules)):
-        if state[i] == 0:
-            _visit_first_calls(i, [i], first_calls, state, pushdown.names)
+def _first_calls(
+    expr: Expr, nullable: list[bool], index: Mapping[str, int], out: dict[int, None], memo: dict[int, bool]
+) -> bool:
+    """Add to ``out`` the rules ``expr`` can call before reading a byte; returns whether ``expr`` can match the
+    empty text (when the rules in ``nullable`` can)."""
+    kind = type(expr)
+    if kind is Ref:
+        rule = index[expr.rule]
+        out[rule] = None
+        return nullable[rule]
+    if kind is Literal:
+        return not expr.value
+    if kind is not Seq and kind is not Alt and kind is not Repeat:
+        return False
+    hit = memo.get(id(expr))
+    if hit is None:
+        if kind is Seq:
+            hit = True
+            for item in expr.items:
+                if not _first_calls(item, nullable, index, out, memo):
+                    hit = False
+                    break
+        elif kind is Alt:
+            hit = False
+            for item in expr.items:
+                hit = _first_calls(item, nullable, index, out, memo) or hit
+        elif expr.max == 0:
+            hit = True
+        else:
+            hit = _first_calls(expr.item, nullable, index, out, memo) or expr.min == 0
+        memo[id(expr)] = hit
+    return hit
 
 
-def _visit_first_calls(i: int, path: list[int], first_calls: list[set[int]], state: list[int], names) -> None:
+def _visit_first_calls(i: int, path: list[int], first_calls: list[list[int]], state: list[int], names) -> None:
     """Depth-first search of the rules callable before a byte is read, from rule ``i`` (reached along ``path``);
     raises on a cycle."""
     state[i] = 1

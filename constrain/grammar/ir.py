@@ -6,7 +6,7 @@ compare by value, so equal bodies from different schemas share one rule DFA (:mo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from constrain.automata.dfa import ByteDFA
@@ -153,17 +153,56 @@ class Grammar:
     names_tokens: bool = False
 
 
-@dataclass(frozen=True, eq=False)
 class Pushdown:
-    """A compiled grammar: ``rules[i]`` is rule ``names[i]``'s DFA (rule 0 is the start); call edges name rules
-    by index. Runtime configurations are stacks of (rule, state) frames; see :mod:`constrain.runtime.pushdown`."""
+    """A compiled grammar: rule ``i`` is named ``names[i]`` (rule 0 is the start) and read by a DFA whose call
+    edges name rules by index. Runtime configurations are stacks of (rule, state) frames; see
+    :mod:`constrain.runtime.pushdown`.
 
-    names: tuple[str, ...]
-    rules: tuple[ByteDFA, ...]
+    A pushdown built lazily (:func:`~constrain.grammar.rules.build_pushdown`) holds only some DFAs: :meth:`rule`
+    builds the others when first asked for, so a matcher determinises only the rules its text reaches."""
+
+    __slots__ = ("names", "calling", "_rules", "_build")
+
+    def __init__(
+        self,
+        names: tuple[str, ...],
+        rules: Sequence[ByteDFA | None],
+        *,
+        calling: tuple[bool, ...] | None = None,
+        build: Callable[[int], ByteDFA] | None = None,
+    ):
+        if build is None and any(dfa is None for dfa in rules):
+            raise GrammarError("a Pushdown with rules left to build needs a build function")
+        self.names = names
+        #: Per rule: whether it calls other rules (known before its DFA is built).
+        self.calling = calling if calling is not None else tuple(bool(dfa.callees) for dfa in rules)
+        self._rules = list(rules)
+        self._build = build
+
+    def rule(self, index: int) -> ByteDFA:
+        """Rule ``index``'s DFA, built now if it was not yet."""
+        dfa = self._rules[index]
+        if dfa is None:
+            dfa = self._rules[index] = self._build(index)
+        return dfa
+
+    def is_built(self, index: int) -> bool:
+        return self._rules[index] is not None
+
+    @property
+    def rules(self) -> tuple[ByteDFA, ...]:
+        """Every rule's DFA (those not built yet are built now)."""
+        return tuple(self.rule(i) for i in range(len(self.names)))
+
+    @property
+    def built(self) -> list[ByteDFA]:
+        """The DFAs built so far."""
+        return [dfa for dfa in self._rules if dfa is not None]
 
     @property
     def num_states(self) -> int:
-        return sum(dfa.num_states for dfa in self.rules)
+        """States of the rules built so far."""
+        return sum(dfa.num_states for dfa in self.built)
 
 
 def collect_refs(expr: Expr, out: dict[str, int]) -> dict[str, int]:

@@ -20,7 +20,7 @@ from constrain.automata.nfa import ByteNFA
 from constrain.automata.regex import add_regex
 from constrain.cache import BoundedCache, memoized
 from constrain.errors import AutomatonTooLarge, CompileTimeout, GrammarError
-from constrain.grammar.checks import _check_left_recursion, _check_productive
+from constrain.grammar.checks import check_rules
 from constrain.grammar.ir import (
     Alt,
     Automaton,
@@ -39,11 +39,15 @@ from constrain.grammar.ir import (
 )
 
 
-def build_pushdown(grammar: Grammar, *, deadline: float | None = None) -> Pushdown:
+def build_pushdown(grammar: Grammar, *, deadline: float | None = None, lazy: bool = False) -> Pushdown:
     """Compile ``grammar`` to a :class:`Pushdown`, refusing undefined rules, rules that can never complete and
     left recursion (which a pushdown walk cannot close over) with a :class:`GrammarError` naming the rule.
     ``deadline`` (a :func:`~constrain.automata.limits.compile_clock` value) refuses a grammar whose automata are still
-    being built then."""
+    being built then.
+
+    ``lazy`` determinises only the start rule and the call-free rules (terminals, mostly shared and cached) now;
+    every other rule is determinised when a matcher first calls it (:meth:`Pushdown.rule`), so a compile pays only
+    for the rules its first masks reach. The checks do not need those DFAs: they read the rules' bodies."""
     if grammar.start not in grammar.rules:
         raise GrammarError(f"the start rule {grammar.start!r} is not defined")
     if len(grammar.rules) > MAX_GRAMMAR_RULES:
@@ -53,14 +57,23 @@ def build_pushdown(grammar: Grammar, *, deadline: float | None = None) -> Pushdo
     grammar = _hoist_terminals(grammar)
     alias = _aliases(grammar.rules)
     start = alias.get(grammar.start, grammar.start)
-    names = [start] + sorted(n for n in grammar.rules if n != start and n not in alias)
+    names = tuple([start] + sorted(n for n in grammar.rules if n != start and n not in alias))
     index = {name: i for i, name in enumerate(names)}
     index.update((name, index[target]) for name, target in alias.items())
+    bodies = tuple(grammar.rules[name] for name in names)
+    calling = tuple(bool(calls_of(body)) for body in bodies)
+    for name, body in zip(names, bodies):
+        for callee in calls_of(body):
+            if callee not in index:
+                raise GrammarError(f"rule {name!r} refers to the undefined rule {callee!r}")
+
+    def build(i: int) -> ByteDFA:
+        return _checked_rule_dfa(bodies[i], names[i], index)
+
     with deadline_of(deadline) if deadline is not None else nullcontext():  # else keep a caller's deadline
-        rules = [_checked_rule_dfa(grammar.rules[name], name, index) for name in names]
-    pushdown = Pushdown(tuple(names), tuple(rules))
-    _check_productive(pushdown)
-    _check_left_recursion(pushdown)
+        rules = [build(i) if not lazy or i == 0 or not calling[i] else None for i in range(len(names))]
+    pushdown = Pushdown(names, rules, calling=calling, build=build)
+    check_rules(pushdown, bodies, index)
     return pushdown
 
 
@@ -92,9 +105,6 @@ def _checked_rule_dfa(body: Expr, name: str, index: Mapping[str, int]) -> ByteDF
         raise AutomatonTooLarge(f"rule {name!r}: {exc}", rule=name) from None
     except RecursionError:
         raise GrammarError(f"rule {name!r} nests too deeply to compile") from None
-    for callee in called:
-        if callee not in index:
-            raise GrammarError(f"rule {name!r} refers to the undefined rule {callee!r}")
     if not dfa.callees:
         return dfa  # the shared object itself, with what it keeps (language hashes, acceptance)
     return ByteDFA(dfa.trans, dfa.accepting, dfa.calls, tuple(index[called[k]] for k in dfa.callees))

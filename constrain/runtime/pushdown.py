@@ -12,12 +12,9 @@ walk backtracks, so a stack is never copied.
 
 from __future__ import annotations
 
-import itertools
 import threading
-from bisect import bisect_right
+import weakref
 from collections.abc import Iterable
-from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 
@@ -39,7 +36,7 @@ from constrain.runtime.matcher import (
     TransitionCache,
     state_bytes,
 )
-from constrain.runtime.pushdown_kernels import _call_edges, _put_shifted, _walk_pushdown
+from constrain.runtime.pushdown_kernels import _append_call_edges, _put_shifted, _walk_pushdown
 from constrain.vocab.vocabulary import Vocabulary
 
 #: A configuration: global states from the bottom frame to the top one.
@@ -53,69 +50,145 @@ MAX_CONFIGS = 256
 MAX_STACK_DEPTH = 256
 
 
-@dataclass(frozen=True, eq=False)
 class Machine:
-    """All rule DFAs of a pushdown automaton in one global state space, as flat arrays for the kernels."""
+    """The rule DFAs of a pushdown automaton in one global state space, as flat arrays for the kernels.
 
-    trans: np.ndarray  # int32 (S, 256), global targets or -1
-    accepting: np.ndarray  # bool (S,)
-    call_ptr: np.ndarray  # int64 (S + 1,): call edges of state s are call_ptr[s]:call_ptr[s + 1]
-    call_start: np.ndarray  # int32: the callee's start state
-    call_return: np.ndarray  # int32: the caller's state after the callee returns
-    rule_start: np.ndarray  # int32 (R,): global start state of each rule
-    call_free: tuple[bool, ...]  # per rule: True when it calls no other rule (a lexical piece)
+    A rule's states are appended when it is first called, so a lazily built :class:`Pushdown` determinises only
+    the rules a matcher reaches: until then a call edge into the rule holds ``-1 - rule`` as its callee's start,
+    and whatever follows call edges (:meth:`closure`, :meth:`walk`, a structure's cached steps) asks
+    :meth:`add_rule` first. States keep their numbers as the machine grows, so whatever is cached per state stays
+    true; the arrays have room to spare and are replaced by larger copies when full (:attr:`version` counts
+    those replacements, for holders of views on them).
+    """
+
+    def __init__(self, pushdown: Pushdown):
+        self.pushdown = pushdown
+        num_rules = len(pushdown.names)
+        self.rule_start = np.full(num_rules, -1, dtype=np.int32)  # global start state of each rule added; -1: not
+        self._rule_size = [0] * num_rules
+        #: Per rule: True when it calls no other rule (a lexical piece).
+        self.call_free = tuple(not calling for calling in pushdown.calling)
+        self.num_states = 0
+        self.version = 0
+        self._waiting: dict[int, list[int]] = {}  # rule not added yet -> the edges whose callee it is
+        self._lock = threading.RLock()
+        #: A weak reference to what is called after the arrays are replaced (a :class:`GrammarStructure` makes its
+        #: views again): weak, so that the structure is freed as soon as it is dropped, not at a collection.
+        self.on_allocate: weakref.WeakMethod | None = None
+        complete = all(pushdown.is_built(i) for i in range(num_rules))
+        first = list(range(num_rules)) if complete else [0]
+        dfas = [pushdown.rule(i) for i in first]
+        self._allocate(
+            max(1, sum(d.num_states for d in dfas)), max(1, sum(int(np.count_nonzero(d.calls >= 0)) for d in dfas))
+        )
+        self._append(first, dfas)
 
     @classmethod
     def from_pushdown(cls, pushdown: Pushdown) -> Machine:
-        rules = pushdown.rules
-        sizes = np.array([dfa.num_states for dfa in rules], dtype=np.int64)
-        offsets = np.zeros(len(rules) + 1, dtype=np.int64)
-        np.cumsum(sizes, out=offsets[1:])
-        trans = np.empty((int(offsets[-1]), 256), dtype=np.int32)
-        for dfa, offset in zip(rules, offsets.tolist()):
-            _put_shifted(dfa.trans, trans, offset)
-        accepting = np.concatenate([dfa.accepting for dfa in rules])
-        callees = np.fromiter(itertools.chain.from_iterable(dfa.callees for dfa in rules), dtype=np.int64)
-        call_ptr, call_start, call_return = _call_edges(
-            np.concatenate([dfa.calls.ravel() for dfa in rules], dtype=np.int32),
-            np.array([len(dfa.callees) for dfa in rules], dtype=np.int64), sizes, offsets, offsets[callees],
+        return cls(pushdown)
+
+    def _allocate(self, states: int, edges: int) -> None:
+        """Arrays for ``states`` states and ``edges`` call edges, holding what the current ones hold."""
+        used, edges_used = self.num_states, (int(self.call_ptr[self.num_states]) if self.num_states else 0)
+        trans = np.empty((states, 256), dtype=np.int32)
+        accepting = np.zeros(states, dtype=bool)
+        plain = np.zeros(states, dtype=bool)
+        state_rule = np.zeros(states, dtype=np.int32)
+        call_ptr = np.zeros(states + 1, dtype=np.int64)
+        call_start = np.empty(edges, dtype=np.int32)
+        call_return = np.empty(edges, dtype=np.int32)
+        if used:
+            trans[:used] = self.trans[:used]
+            accepting[:used] = self.accepting[:used]
+            plain[:used] = self.plain[:used]
+            state_rule[:used] = self.state_rule[:used]
+            call_ptr[: used + 1] = self.call_ptr[: used + 1]
+            call_start[:edges_used] = self.call_start[:edges_used]
+            call_return[:edges_used] = self.call_return[:edges_used]
+        self.trans = trans  # int32 (capacity, 256): global targets or -1
+        self.accepting = accepting
+        #: Per state: True when its closure is itself (it can neither call nor return).
+        self.plain = plain
+        self.state_rule = state_rule  # the rule each state belongs to
+        self.call_ptr = call_ptr  # call edges of state s are call_ptr[s]:call_ptr[s + 1]
+        self.call_start = call_start  # the callee's start state, or -1 - callee when that rule is not added yet
+        self.call_return = call_return  # the caller's state after the callee returns
+        self.version += 1
+        listener = self.on_allocate() if self.on_allocate is not None else None
+        if listener is not None:
+            listener()
+
+    def add_rule(self, rule: int) -> int:
+        """Add rule ``rule`` (building its DFA if the pushdown has not yet) and return its start state. Errors of
+        a late build (a rule past the automaton bounds) are raised here, naming the rule."""
+        start = int(self.rule_start[rule])
+        if start >= 0:
+            return start
+        with self._lock:
+            if self.rule_start[rule] < 0:
+                self._append([rule], [self.pushdown.rule(rule)])
+            return int(self.rule_start[rule])
+
+    def _append(self, rules: list[int], dfas: list) -> None:
+        """Append the states and call edges of ``rules`` (with DFAs ``dfas``), then point the edges waiting for
+        them at their starts: until then nothing can reach the new states."""
+        sizes = np.array([d.num_states for d in dfas], dtype=np.int64)
+        base = self.num_states
+        total = base + int(sizes.sum())
+        edges_used = int(self.call_ptr[base])
+        new_edges = sum(int(np.count_nonzero(d.calls >= 0)) for d in dfas)
+        if total > self.trans.shape[0] or edges_used + new_edges > self.call_start.shape[0]:
+            self._allocate(
+                max(total, 2 * self.trans.shape[0]), max(edges_used + new_edges, 2 * self.call_start.shape[0])
+            )
+        starts: dict[int, int] = {}
+        offset = base
+        for rule, dfa in zip(rules, dfas):
+            _put_shifted(dfa.trans, self.trans, offset)
+            self.accepting[offset : offset + dfa.num_states] = dfa.accepting
+            self.state_rule[offset : offset + dfa.num_states] = rule
+            self._rule_size[rule] = dfa.num_states
+            starts[rule] = offset
+            offset += dfa.num_states
+        rule_start = self.rule_start
+        callee_start = np.array(
+            [starts.get(c, rule_start[c] if rule_start[c] >= 0 else -1 - c) for d in dfas for c in d.callees],
+            dtype=np.int32,
+        )
+        end = _append_call_edges(
+            np.concatenate([d.calls.ravel() for d in dfas], dtype=np.int32),
+            np.array([len(d.callees) for d in dfas], dtype=np.int64), sizes, base, callee_start,
+            self.call_ptr, self.call_start, self.call_return,
         )  # fmt: skip
-        return cls(
-            trans, accepting, call_ptr, call_start, call_return, offsets[:-1].astype(np.int32),
-            tuple(not dfa.callees for dfa in rules),
-        )  # fmt: skip
+        self.plain[base:total] = (self.call_ptr[base + 1 : total + 1] == self.call_ptr[base:total]) & ~self.accepting[
+            base:total
+        ]
+        for edge in (np.flatnonzero(self.call_start[edges_used:end] < 0) + edges_used).tolist():
+            self._waiting.setdefault(-1 - int(self.call_start[edge]), []).append(edge)
+        self.num_states = total
+        for rule, start in starts.items():  # published last: a reader that sees a start finds its states written
+            for edge in self._waiting.pop(rule, ()):
+                self.call_start[edge] = start
+            rule_start[rule] = start
 
     @property
     def nbytes(self) -> int:
         """The bytes of its arrays."""
-        arrays = (self.trans, self.accepting, self.call_ptr, self.call_start, self.call_return, self.rule_start)
+        arrays = (
+            self.trans, self.accepting, self.plain, self.state_rule, self.call_ptr, self.call_start,
+            self.call_return, self.rule_start,
+        )  # fmt: skip
         return sum(a.nbytes for a in arrays)
-
-    @cached_property
-    def plain(self) -> np.ndarray:
-        """Per state: True when its closure is itself (it can neither call nor return)."""
-        return (self.call_ptr[1:] == self.call_ptr[:-1]) & ~self.accepting
-
-    @cached_property
-    def call_lists(self) -> tuple[list[int], list[int], list[int], list[bool]]:
-        """``call_ptr``, ``call_start``, ``call_return`` and ``accepting`` as Python lists (for closures computed
-        in Python: their items are Python ints, as the stacks' frames are)."""
-        return self.call_ptr.tolist(), self.call_start.tolist(), self.call_return.tolist(), self.accepting.tolist()
-
-    @cached_property
-    def _rule_starts(self) -> list[int]:
-        return self.rule_start.tolist()
 
     def locate(self, state: int) -> tuple[int, int]:
         """(rule index, state within that rule's DFA) of a global state."""
-        starts = self._rule_starts
-        rule = bisect_right(starts, state) - 1
-        return rule, state - starts[rule]
+        rule = int(self.state_rule[state])
+        return rule, state - int(self.rule_start[rule])
 
     def rule_states(self, rule: int) -> slice:
-        """The global states of one rule."""
-        end = int(self.rule_start[rule + 1]) if rule + 1 < len(self.rule_start) else self.trans.shape[0]
-        return slice(int(self.rule_start[rule]), end)
+        """The global states of one rule (added)."""
+        start = int(self.rule_start[rule])
+        return slice(start, start + self._rule_size[rule])
 
     @property
     def start(self) -> Configs:
@@ -138,7 +211,10 @@ class Machine:
                 raise AmbiguityError(f"more than {MAX_CONFIGS} parses are open at once")
             top = stack[-1]
             for k in range(self.call_ptr[top], self.call_ptr[top + 1]):
-                work.append(stack[:-1] + (int(self.call_return[k]), int(self.call_start[k])))
+                start = int(self.call_start[k])
+                if start < 0:
+                    start = self.add_rule(-1 - start)
+                work.append(stack[:-1] + (int(self.call_return[k]), start))
             if self.accepting[top] and len(stack) > 1:
                 work.append(stack[:-1])
         return out
@@ -147,16 +223,17 @@ class Machine:
         """The configurations after reading ``data`` (empty when a byte is rejected). Raises :class:`DepthError`
         when a byte is read in a frame deeper than :data:`MAX_STACK_DEPTH` (a closure is finite without a bound:
         left recursion is refused when the pushdown is built, so the bound is the text's nesting)."""
-        trans, plain = self.trans, self.plain
         for byte in data:
-            if len(configs) == 1 and plain[configs[0][-1]]:  # the common case: nothing to call or return
+            if len(configs) == 1 and self.plain[configs[0][-1]]:  # the common case: nothing to call or return
                 stack = configs[0]
-                nxt_state = int(trans[stack[-1], byte])
+                nxt_state = int(self.trans[stack[-1], byte])
                 if nxt_state < 0:
                     return ()
                 configs = (stack[:-1] + (nxt_state,),)
                 continue
-            nxt = {stack[:-1] + (int(trans[stack[-1], byte]),) for stack in self.closure(configs)}
+            closure = self.closure(configs)  # which may add rules: the table is read after it
+            trans = self.trans
+            nxt = {stack[:-1] + (int(trans[stack[-1], byte]),) for stack in closure}
             configs = tuple(sorted(s for s in nxt if s[-1] >= 0))
             if not configs:
                 return ()
@@ -219,13 +296,17 @@ class Machine:
                 states.append(stack[-1])
                 parents.append(parent)
             top_state, top_parent = np.array(states, dtype=np.int32), np.array(parents, dtype=np.int32)
-        fits, found = _walk_pushdown(
-            self.trans, self.accepting, self.call_ptr, self.call_start, self.call_return, top_state, top_parent,
-            used, pool_state, pool_parent, trie.node_key, trie.node_next, trie.node_token_ptr, trie.token_ids,
-            trie.root_children, scratch.whole if ranges is None else ranges, not closed, words,
-            scratch.pops if record_pops else scratch.pops[:0], scratch.work, scratch.levels, scratch.marks,
-        )  # fmt: skip
-        if not fits:
+        while True:
+            status, found = _walk_pushdown(
+                self.trans, self.accepting, self.call_ptr, self.call_start, self.call_return, top_state,
+                top_parent, used, pool_state, pool_parent, trie.node_key, trie.node_next, trie.node_token_ptr,
+                trie.token_ids, trie.root_children, scratch.whole if ranges is None else ranges, not closed, words,
+                scratch.pops if record_pops else scratch.pops[:0], scratch.work, scratch.levels, scratch.marks,
+            )  # fmt: skip
+            if status > -2:
+                break
+            self.add_rule(-2 - status)  # a callee the walk reached, not built yet: build it and walk again
+        if status < 0:
             raise AmbiguityError(f"more than {MAX_CONFIGS} parses are open at once inside one token")
         if not len(found):
             return _NO_RANGES
@@ -287,7 +368,7 @@ class PushdownMasks(MaskCache):
     ):
         check_cache_bytes(cache_bytes)
         super().__init__(vocab, cache_bytes=cache_bytes // 2)
-        self.rules = pushdown.rules
+        self.pushdown = pushdown
         self.machine = machine
         self._local = BoundedCache(cache_bytes // 4)  # state -> (words, pop ranges)
         self._stacks = BoundedCache(cache_bytes // 4)  # (frames below, top's walk key) -> words
@@ -298,7 +379,12 @@ class PushdownMasks(MaskCache):
     def _rule_hashes(self, rule: int) -> np.ndarray:
         """The global hash array, with the bounded-language hashes of ``rule``'s states filled in."""
         if not self._hashed[rule]:
-            self._hashes[self.machine.rule_states(rule)] = self.rules[rule].language_hashes(self._lexical.depth)
+            if len(self._hashes) < self.machine.num_states:  # the machine added rules since: room for theirs
+                grown = np.zeros(self.machine.trans.shape[0], dtype=np.uint64)
+                grown[: len(self._hashes)] = self._hashes
+                self._hashes = grown
+            dfa = self.pushdown.rule(rule)
+            self._hashes[self.machine.rule_states(rule)] = dfa.language_hashes(self._lexical.depth)
             self._hashed[rule] = True
         return self._hashes
 
@@ -311,7 +397,7 @@ class PushdownMasks(MaskCache):
             return entry
         rule, local_state = self.machine.locate(state)
         if self.machine.call_free[rule]:  # a lexical piece: every structure over this vocabulary shares its walks
-            entry = self._lexical.walk_without_words(self.rules[rule], local_state)
+            entry = self._lexical.walk_without_words(self.pushdown.rule(rule), local_state)
             if entry is None:
                 entry = self._lexical.walk(self.machine.trans, self.machine.accepting, self._rule_hashes(rule), state)
         else:
@@ -377,14 +463,11 @@ class GrammarStructure(CompiledStructure):
     ):
         super().__init__(vocab, source=source, cache_bytes=cache_bytes)
         self.pushdown = pushdown
-        self.machine = machine = Machine.from_pushdown(pushdown)
+        self.machine = machine = Machine(pushdown)
         self.start = machine.start
         self.masks = PushdownMasks(pushdown, machine, vocab, cache_bytes=cache_bytes)
-        # Flat views whose items index as Python ints, for reading a token's bytes without a numpy scalar per byte.
-        self._trans = memoryview(machine.trans).cast("B").cast("i")
-        self._plain = machine.plain.tobytes()
-        self._calls = (machine.call_ptr[1:] != machine.call_ptr[:-1]).tobytes()
-        self._accepting = machine.accepting.tobytes()
+        self._views()
+        machine.on_allocate = weakref.WeakMethod(self._views)
         self._data = memoryview(vocab.data)
         self._offsets = memoryview(vocab.offsets).cast("B").cast("q")
         # What reading a token takes, cached on top of the structure's transitions (each a 32nd of ``cache_bytes``):
@@ -393,6 +476,19 @@ class GrammarStructure(CompiledStructure):
         # (:meth:`_step`). Int keys: cheaper to make and to hash than tuples.
         self._runs = TransitionCache(cache_bytes // (2 * TRANSITION_CACHE_SHARE))
         self._local = TransitionCache(cache_bytes // (2 * TRANSITION_CACHE_SHARE))
+
+    def _views(self) -> None:
+        """Flat views of the machine's arrays whose items index as Python ints, for reading a token's bytes
+        without a numpy scalar per byte; made again whenever the machine replaces its arrays. A loop that holds
+        views in locals takes them again after a call that can add a rule: states it adds are only in the new
+        arrays."""
+        machine = self.machine
+        self._trans = memoryview(machine.trans).cast("B").cast("i")
+        self._plain = memoryview(machine.plain)
+        self._accepting = memoryview(machine.accepting)
+        self._call_ptr = memoryview(machine.call_ptr)
+        self._call_start = memoryview(machine.call_start)
+        self._call_return = memoryview(machine.call_return)
 
     def matcher(self) -> GrammarMatcher:
         """A new matcher at the start of the structure."""
@@ -510,6 +606,7 @@ class GrammarStructure(CompiledStructure):
                 return None
             state = nxt
             at += 1
+            trans, plain = self._trans, self._plain  # the step may have added rules
         return state
 
     def _plain_runs(self, state: Configs, at: int, end: int) -> tuple[Configs, int]:
@@ -555,14 +652,14 @@ class GrammarStructure(CompiledStructure):
         return. The union is a set, sorted as the reference sorts it. The closure's size is at most the sum of
         the local closures' sizes, so where that sum is within :data:`MAX_CONFIGS` the reference cannot raise."""
         get = self._local.get
-        trans, calls, accepting = self._trans, self._calls, self._accepting
+        trans, call_ptr, accepting = self._trans, self._call_ptr, self._accepting
         out = []
         bound = 0
         for stack in configs:
             depth = len(stack)
             while True:
                 top = stack[depth - 1]
-                if calls[top]:
+                if call_ptr[top] != call_ptr[top + 1]:
                     entry = get(top << 9 | (byte + 1))
                     if entry is None:
                         entry = self._local_step(top, byte)
@@ -616,8 +713,8 @@ class GrammarStructure(CompiledStructure):
         entry = self._local.get(state << 9)
         if entry is not None:
             return entry
-        machine = self.machine
-        call_ptr, call_start, call_return, accepting = machine.call_lists
+        call_ptr, call_start = self._call_ptr, self._call_start
+        call_return, accepting = self._call_return, self._accepting
         seen: set[Stack] = set()
         out: list[Stack] = []
         work: list[Stack] = [(state,)]
@@ -633,7 +730,12 @@ class GrammarStructure(CompiledStructure):
                 break
             top = stack[-1]
             for k in range(call_ptr[top], call_ptr[top + 1]):
-                work.append(stack[:-1] + (call_return[k], call_start[k]))
+                start = call_start[k]
+                if start < 0:  # a callee not added yet
+                    start = self.machine.add_rule(-1 - start)
+                    call_ptr, call_start = self._call_ptr, self._call_start
+                    call_return, accepting = self._call_return, self._accepting
+                work.append(stack[:-1] + (call_return[k], start))
             if accepting[top]:
                 if len(stack) > 1:
                     work.append(stack[:-1])
@@ -668,10 +770,10 @@ class GrammarStructure(CompiledStructure):
 
     @property
     def nbytes(self) -> int:
-        return self.machine.nbytes + sum(dfa.nbytes for dfa in self.pushdown.rules)
+        return self.machine.nbytes + sum(dfa.nbytes for dfa in self.pushdown.built)
 
     def __repr__(self) -> str:
-        rules, states = len(self.pushdown.rules), self.pushdown.num_states
+        rules, states = len(self.pushdown.names), self.machine.num_states
         return f"GrammarStructure({self.source!r}, rules={rules}, states={states}, vocab={self.vocab.size:,})"
 
 
@@ -706,12 +808,12 @@ class GrammarMatcher(Matcher):
 
 
 def compile_grammar(
-    grammar: Grammar, vocab: Vocabulary, *, deadline: float | None = None, **options
+    grammar: Grammar, vocab: Vocabulary, *, deadline: float | None = None, lazy: bool = False, **options
 ) -> GrammarStructure:
     """Compile a grammar (the IR of :mod:`constrain.grammar`) for ``vocab``; ``options``: ``cache_bytes``,
-    ``source`` (what the structure names itself by; the start rule by default); ``deadline``: see
+    ``source`` (what the structure names itself by; the start rule by default); ``deadline`` and ``lazy``: see
     :func:`~constrain.grammar.rules.build_pushdown`. A grammar that names tokens is compiled for the vocabulary
     with their literals (:mod:`constrain.grammar.tokens`)."""
     grammar, vocab = resolve_tokens(grammar, vocab)
     options.setdefault("source", grammar.start)
-    return GrammarStructure(build_pushdown(grammar, deadline=deadline), vocab, **options)
+    return GrammarStructure(build_pushdown(grammar, deadline=deadline, lazy=lazy), vocab, **options)

@@ -1,5 +1,5 @@
-"""The numba kernels of a pushdown machine: assembling the rule DFAs into one global state space, and the mask
-walk of the vocabulary trie that carries a set of configurations (see :mod:`constrain.runtime.pushdown`)."""
+"""The numba kernels of a pushdown machine: appending rule DFAs to one global state space, and the mask walk of
+the vocabulary trie that carries a set of configurations (see :mod:`constrain.runtime.pushdown`)."""
 
 from __future__ import annotations
 
@@ -21,35 +21,28 @@ def _put_shifted(table, trans, offset):
 
 
 @njit(cache=True, nogil=True)
-def _call_edges(calls, widths, sizes, offsets, callee_start):
-    """The call edges of all rules in global states, by state then callee column: ``(ptr, callee start state,
-    return state)``. ``calls`` holds each rule's call table flattened (``sizes[r]`` rows of ``widths[r]``), and
-    ``callee_start`` the global start of each of those columns' callee, rule after rule."""
-    total = offsets[-1]
-    ptr = np.zeros(total + 1, dtype=np.int64)
-    at = 0
+def _append_call_edges(calls, widths, sizes, base, callee_start, call_ptr, call_start, call_return):
+    """Append the call edges of rules whose states start at global state ``base`` (rule after rule): per state,
+    by callee column, ``call_start`` gets the callee's start state from ``callee_start`` (or its ``-1 - rule``
+    marker when that rule is not built yet) and ``call_return`` the caller's state after the callee returns.
+    ``calls`` holds each rule's call table flattened (``sizes[r]`` rows of ``widths[r]``); ``call_ptr[base]``
+    says where the new edges start. Returns how many edges the machine then has."""
+    edge = call_ptr[base]
+    at, column, state = 0, 0, base
     for r in range(sizes.shape[0]):
-        for s in range(sizes[r]):
-            for _ in range(widths[r]):
-                if calls[at] >= 0:
-                    ptr[offsets[r] + s + 1] += 1
-                at += 1
-    for g in range(total):
-        ptr[g + 1] += ptr[g]
-    starts = np.empty(ptr[total], dtype=np.int32)
-    returns = np.empty(ptr[total], dtype=np.int32)
-    at, column, edge = 0, 0, 0
-    for r in range(sizes.shape[0]):
+        first = state  # the rule's own start: its return states are its own states
         for _ in range(sizes[r]):
             for k in range(widths[r]):
                 t = calls[at]
                 if t >= 0:
-                    starts[edge] = callee_start[column + k]
-                    returns[edge] = offsets[r] + t
+                    call_start[edge] = callee_start[column + k]
+                    call_return[edge] = first + t
                     edge += 1
                 at += 1
+            state += 1
+            call_ptr[state] = edge
         column += widths[r]
-    return ptr, starts, returns
+    return edge
 
 
 @njit(cache=True, nogil=True)
@@ -71,7 +64,7 @@ def _expand(
 ):
     """Closure of the configurations ``(in_state[j], in_parent[j])`` for j < n into ``out_*``: pushes allocate
     the caller's return frame in the pool from ``pool_top``. Returns (count, new pool top); count -1 when a
-    bound is exceeded."""
+    bound is exceeded, ``-2 - rule`` when a call edge leads to a rule not built yet."""
     cap = out_state.shape[0]
     count = 0
     w = 0
@@ -96,6 +89,8 @@ def _expand(
         out_parent[count] = parent
         count += 1
         for k in range(call_ptr[state], call_ptr[state + 1]):
+            if call_start[k] < 0:  # a callee not built yet (-1 - rule): the caller builds it and walks again
+                return -1 + call_start[k], pool_top
             if pool_top >= pool_state.shape[0]:
                 return -1, pool_top
             pool_state[pool_top] = call_return[k]
@@ -131,7 +126,8 @@ def _close_level(
     work_state,
     work_parent,
 ):
-    """Compute ``closed[d]``, the closure of ``level[d]``; False when the configurations outgrow the bounds.
+    """Compute ``closed[d]``, the closure of ``level[d]``. Returns 0, or what :func:`_expand` returns when it
+    stops (-1: the configurations outgrow the bounds; ``-2 - rule``: a callee to build first).
     Configurations that can neither call nor return are their own closure; the walk's inner loop tests that
     itself (a call per trie node, its array arguments reference-counted each time, made a whole-vocabulary walk
     ten times slower), so this is called where some configuration calls or returns, or once per range."""
@@ -139,16 +135,16 @@ def _close_level(
         _copy_level(
             d, level_state, level_parent, level_n, closed_state, closed_parent, closed_n, pool_mark, closed_mark
         )
-        return True
+        return 0
     count, top = _expand(
         accepting, call_ptr, call_start, call_return, pool_state, pool_parent, pool_mark[d],
         level_state[d], level_parent[d], level_n[d], closed_state[d], closed_parent[d], work_state, work_parent,
     )  # fmt: skip
     if count < 0:
-        return False
+        return count
     closed_n[d] = count
     closed_mark[d] = top
-    return True
+    return 0
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -207,9 +203,10 @@ def _walk_pushdown(
     marks,
 ):
     """Set in ``out`` the bit of every token whose bytes some configuration can read, over the trie subtrees in
-    ``ranges``. Returns (True, the subtrees below the pop nodes, as :meth:`Machine.walk` does) when ``pops`` has
-    room to record them (else none are recorded), or (False, nothing) when the configurations outgrow
-    ``MAX_CONFIGS``.
+    ``ranges``. Returns (0, the subtrees below the pop nodes, as :meth:`Machine.walk` does) when ``pops`` has
+    room to record them (else none are recorded), (-1, nothing) when the configurations outgrow ``MAX_CONFIGS``,
+    or (``-2 - rule``, nothing) when a call edge leads to a rule not built yet: the caller builds it and walks
+    again (the bits set so far are all right).
 
     A configuration is a top state and the pool index of the frame below it. ``level[d]`` holds the
     configurations after ``d`` bytes of the current trie path and ``closed[d]`` their closure, computed once per
@@ -253,12 +250,13 @@ def _walk_pushdown(
         span_end[0] = ranges[r, 1]
         if base == 0 and ranges[r, 0] == 0 and ranges[r, 1] == node_key.shape[0]:
             if closed_n[0] < 0:
-                if not _close_level(
+                status = _close_level(
                     0, accepting, call_ptr, call_start, call_return, pool_state, pool_parent, level_state,
                     level_parent, level_n, closed_state, closed_parent, closed_n, pool_mark, closed_mark,
                     work_state, work_parent,
-                ):  # fmt: skip
-                    return False, np.empty((0, 3), dtype=np.int64)
+                )  # fmt: skip
+                if status < 0:
+                    return status, np.empty((0, 3), dtype=np.int64)
                 if record and _bottom_returns(0, accepting, closed_state, closed_parent, closed_n):
                     pops[num_pops] = node_at[0]
                     num_pops += 1
@@ -294,12 +292,13 @@ def _walk_pushdown(
                             pool_mark, closed_mark,
                         )  # fmt: skip
                     else:  # some configuration calls or returns
-                        if not _close_level(
+                        status = _close_level(
                             parent, accepting, call_ptr, call_start, call_return, pool_state, pool_parent,
                             level_state, level_parent, level_n, closed_state, closed_parent, closed_n, pool_mark,
                             closed_mark, work_state, work_parent,
-                        ):  # fmt: skip
-                            return False, np.empty((0, 3), dtype=np.int64)
+                        )  # fmt: skip
+                        if status < 0:
+                            return status, np.empty((0, 3), dtype=np.int64)
                         if record and _bottom_returns(parent, accepting, closed_state, closed_parent, closed_n):
                             pops[num_pops] = node_at[parent]
                             num_pops += 1
@@ -330,4 +329,4 @@ def _walk_pushdown(
                     t = token_ids[k]
                     out[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
                 i += 1
-    return True, _subtrees_below(pops, num_pops, node_key, node_next)
+    return 0, _subtrees_below(pops, num_pops, node_key, node_next)

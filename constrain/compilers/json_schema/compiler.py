@@ -513,7 +513,7 @@ def _compile_json_schema(schema: Any, vocab, **options):
     grammar, notes = schema_to_grammar(schema, **grammar_options)
     time_limit = grammar_options.get("time_limit", DEFAULT_TIME_LIMIT)
     try:
-        structure = compile_grammar(grammar, vocab, **options)
+        structure = compile_grammar(grammar, vocab, lazy=True, **options)
     except (AutomatonTooLarge, CompileTimeout, GrammarError) as exc:  # _finalize refuses every other GrammarError
         pointer = grammar.origins.get(getattr(exc, "rule", None) or "", "")
         limit = f" (time_limit={time_limit})" if isinstance(exc, CompileTimeout) else ""

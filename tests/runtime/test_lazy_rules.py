@@ -1,0 +1,141 @@
+"""A pushdown built lazily: rules are determinised when a matcher first calls them, with the same masks and reads.
+
+``build_pushdown(lazy=True)`` (what JSON Schema compiles use) builds the start rule and the call-free rules; the
+machine appends any other rule when a closure, a mask walk or a cached step first follows a call into it. The
+reference here is the same grammar built eagerly: every mask and every read must be equal, token by token, over
+real schemas (MaskBench) with the Gemma vocabulary, and the lazy structure must have left rules unbuilt.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from constrain.compilers.json_schema.compiler import schema_to_grammar
+from constrain.errors import AutomatonTooLarge, GrammarError, TokenError
+from constrain.grammar.ir import Alt, Grammar, Literal, Ref, Repeat, Seq
+from constrain.grammar.rules import build_pushdown
+from constrain.runtime.pushdown import Machine, compile_grammar
+from constrain.testing import byte_vocabulary
+
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "maskbench-dev.jsonl.gz"
+#: Schemas of the dev set with definitions (where laziness matters), the first by a fixed hash order.
+SAMPLE = 24
+
+
+def _sample() -> list[dict]:
+    if not DATA.is_file():
+        pytest.skip(f"MaskBench data not found at {DATA}")
+    entries = []
+    with gzip.open(DATA, "rt", encoding="utf-8") as f:
+        for line in f:
+            if '"definitions"' in line or '"$defs"' in line:
+                entries.append(json.loads(line))
+    entries.sort(key=lambda e: hashlib.sha256(("lazy:" + e["name"]).encode()).digest())
+    return entries[: SAMPLE * 2]
+
+
+def _masks_and_reads_agree(lazy, eager, tokens: list[int]) -> int:
+    """Walk ``tokens`` through both structures with a mask before each; returns how many were read."""
+    a, b = lazy.matcher(), eager.matcher()
+    width = (lazy.vocab.size + 31) // 32
+    mask_a, mask_b = np.zeros((1, width), np.int32), np.zeros((1, width), np.int32)
+    for i, token in enumerate(tokens):
+        a.fill_bitmask(mask_a, 0)
+        b.fill_bitmask(mask_b, 0)
+        assert np.array_equal(mask_a, mask_b), f"masks differ before token {i}"
+        errors = []
+        for m in (a, b):
+            try:
+                m.advance(token)
+                errors.append(None)
+            except TokenError:
+                errors.append("rejected")
+        assert errors[0] == errors[1], f"token {i}: {errors}"
+        if errors[0]:
+            return i
+    assert a.is_accepting() == b.is_accepting()
+    return len(tokens)
+
+
+def test_lazy_and_eager_structures_give_the_same_masks_and_reads_on_real_schemas(gemma_tokenizer, gemma_vocab):
+    compared = left_unbuilt = grown = 0
+    for entry in _sample():
+        try:
+            grammar, _ = schema_to_grammar(entry["schema"])
+            lazy = compile_grammar(grammar, gemma_vocab, lazy=True)
+        except Exception:  # refused (the golden file pins which): nothing to compare
+            continue
+        eager = compile_grammar(grammar, gemma_vocab)
+        total = len(lazy.pushdown.names)
+        first = lazy.matcher()
+        first.fill_bitmask(np.zeros((1, (gemma_vocab.size + 31) // 32), np.int32), 0)
+        built_at_start = sum(lazy.pushdown.is_built(i) for i in range(total))
+        left_unbuilt += built_at_start < total
+        for test in entry["tests"][:3]:
+            text = json.dumps(test["data"], separators=(",", ":"), ensure_ascii=False)
+            tokens = gemma_tokenizer.encode(text, add_special_tokens=False)
+            _masks_and_reads_agree(lazy, eager, tokens)
+        grown += lazy.machine.version > 1
+        assert lazy.machine.num_states <= eager.machine.num_states
+        compared += 1
+        if compared == SAMPLE:
+            break
+    assert compared >= SAMPLE // 2
+    assert left_unbuilt >= compared // 2, "a lazy compile should leave most such schemas' rules unbuilt"
+    assert grown, "no machine replaced its arrays: the growth path went untested"
+
+
+def _nested(depth: int) -> Grammar:
+    """Rule i reads "(" then calls rule i+1 or reads "x", then ")": each rule is reached only by nesting."""
+    rules = {
+        f"r{i}": Seq((Literal("("), Alt((Ref(f"r{i + 1}"), Literal("x"))), Literal(")"))) for i in range(depth - 1)
+    }
+    rules[f"r{depth - 1}"] = Literal("x")
+    return Grammar(rules, "r0")
+
+
+def test_a_rule_is_added_when_first_reached_and_states_keep_their_numbers():
+    pushdown = build_pushdown(_nested(12), lazy=True)
+    machine = Machine(pushdown)
+    assert [pushdown.is_built(i) for i in range(12)].count(True) == 2  # the start rule and the call-free one
+    configs = machine.read(machine.start, b"((")
+    assert configs
+    reached = {machine.locate(stack[-1])[0] for stack in configs}
+    before = {rule: machine.rule_states(rule) for rule in range(12) if machine.rule_start[rule] >= 0}
+    configs = machine.read(configs, b"((((((x))))))))")
+    assert configs and machine.can_end(configs)
+    assert reached and all(machine.rule_states(rule) == states for rule, states in before.items())
+    assert machine.version > 1  # started with room for one rule only
+    assert not machine.read(machine.start, b"(((((((((((x))))))))))))")  # one level more than the grammar has
+
+
+def test_lazy_builds_refuse_what_eager_builds_refuse():
+    never = Grammar({"s": Seq((Literal("a"), Ref("t"))), "t": Seq((Literal("b"), Ref("t")))}, "s")
+    left = Grammar({"s": Alt((Seq((Ref("t"), Literal("a"))), Literal("b"))), "t": Seq((Ref("s"),))}, "s")
+    undefined = Grammar({"s": Seq((Literal("a"), Ref("nowhere")))}, "s")
+    for grammar, message in ((never, "never complete"), (left, "left recursion"), (undefined, "undefined rule")):
+        for lazy in (False, True):
+            with pytest.raises(GrammarError, match=message):
+                build_pushdown(grammar, lazy=lazy)
+
+
+def test_a_rule_too_large_for_the_bounds_is_refused_when_reached_naming_it():
+    """A lazy build defers a rule's bounds to its first call: the step that reaches it raises, naming it (JSON
+    Schema's rules that call others are never that large; an eager build refuses the grammar at compile time)."""
+    vocab = byte_vocabulary()
+    big = Seq((Repeat(Literal("ab"), 0, 10**12), Ref("s")))
+    grammar = Grammar({"s": Seq((Literal("a"), Alt((Ref("big"), Literal("c"))))), "big": big}, "s")
+    structure = compile_grammar(grammar, vocab, lazy=True)  # "big" is not needed before the first byte
+    matcher = structure.matcher()
+    matcher.advance(ord("a"))
+    with pytest.raises(AutomatonTooLarge, match="big") as info:
+        matcher.fill_bitmask(np.zeros((1, (vocab.size + 31) // 32), np.int32), 0)
+    assert info.value.rule == "big"
+    with pytest.raises(AutomatonTooLarge):
+        compile_grammar(grammar, vocab)  # eagerly: refused at compile time
