@@ -58,7 +58,7 @@ class Machine:
     and whatever follows call edges (:meth:`closure`, :meth:`walk`, a structure's cached steps) asks
     :meth:`add_rule` first. States keep their numbers as the machine grows, so whatever is cached per state stays
     true; the arrays have room to spare and are replaced by larger copies when full (:attr:`version` counts
-    those replacements, for holders of views on them).
+    the allocations, :attr:`on_allocate` is told of each).
     """
 
     def __init__(self, pushdown: Pushdown):
@@ -82,10 +82,6 @@ class Machine:
             max(1, sum(d.num_states for d in dfas)), max(1, sum(int(np.count_nonzero(d.calls >= 0)) for d in dfas))
         )
         self._append(first, dfas)
-
-    @classmethod
-    def from_pushdown(cls, pushdown: Pushdown) -> Machine:
-        return cls(pushdown)
 
     def _allocate(self, states: int, edges: int) -> None:
         """Arrays for ``states`` states and ``edges`` call edges, holding what the current ones hold."""

@@ -82,7 +82,7 @@ def accepts(machine: Machine, text: str) -> bool:
     [(ARITHMETIC, ARITHMETIC_LARK, "1+*()", 6), (AMBIGUOUS, AMBIGUOUS_LARK, "xyz", 7)],
 )
 def test_membership_equals_lark_on_every_short_string(grammar, lark_text, alphabet, length):
-    machine = Machine.from_pushdown(build_pushdown(grammar))
+    machine = Machine(build_pushdown(grammar))
     parser = lark.Lark(lark_text, start=grammar.start, parser="earley")
     for n in range(length + 1):
         for chars in itertools.product(alphabet, repeat=n):
@@ -96,7 +96,7 @@ def test_membership_equals_lark_on_every_short_string(grammar, lark_text, alphab
 
 
 def test_prefixes_stay_alive_exactly_while_a_completion_exists():
-    machine = Machine.from_pushdown(build_pushdown(JSONISH))
+    machine = Machine(build_pushdown(JSONISH))
     rng = random.Random(0)
     for _ in range(200):
         value = {"a": [1, "x", {"b": True}], "c\\d": rng.randint(-50, 50), "e": [[], {}]}
@@ -118,7 +118,7 @@ def test_nesting_past_the_stack_bound_raises_instead_of_losing_parses(gemma_voca
     followed exactly; a byte read deeper raises DepthError. Pushes past the bound used to be dropped: the text
     was rejected as if invalid and the mask there was empty, though the grammar allows "x"."""
     limit = pushdown.MAX_STACK_DEPTH
-    machine = Machine.from_pushdown(build_pushdown(NESTED))
+    machine = Machine(build_pushdown(NESTED))
     assert accepts(machine, "(" * (limit - 1) + "x" + ")" * (limit - 1))  # "x" read in frame number `limit`
     deep = machine.read(machine.start, b"(" * limit)
     assert deep

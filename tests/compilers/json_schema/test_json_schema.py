@@ -42,7 +42,7 @@ def machine(schema, **options) -> Machine:
     key = json.dumps([schema, options], sort_keys=True)
     if key not in _MACHINES:
         grammar, notes = schema_to_grammar(schema, **options)
-        _MACHINES[key] = (Machine.from_pushdown(build_pushdown(grammar)), notes)
+        _MACHINES[key] = (Machine(build_pushdown(grammar)), notes)
     return _MACHINES[key][0]
 
 
@@ -604,7 +604,7 @@ def test_unsatisfiable_messages_say_why():
     grammar, _ = schema_to_grammar(
         {"type": "object", "properties": {"n": {"$ref": "#"}, "x": {"type": "integer", "minimum": 3, "maximum": 1}}}
     )
-    m = Machine.from_pushdown(build_pushdown(grammar))
+    m = Machine(build_pushdown(grammar))
     assert accepts(m, '{"n":{"n":{}}}') and not accepts(m, '{"x":2}')
 
 
@@ -643,7 +643,7 @@ def test_a_reference_back_to_a_schema_applied_to_the_same_value_is_refused(schem
 def test_a_recursion_that_descends_into_the_value_still_compiles():
     schema = {"anyOf": [{"type": "integer"}, {"type": "array", "items": {"$ref": "#"}}]}
     grammar, _ = schema_to_grammar(schema)
-    m = Machine.from_pushdown(build_pushdown(grammar))
+    m = Machine(build_pushdown(grammar))
     for text in ("1", "[]", "[1,[2,[]]]"):
         assert accepts(m, text), text
     assert not accepts(m, '["x"]')
@@ -710,7 +710,7 @@ def test_lenient_mode_relaxes_and_lists_each_relaxation():
     for word in ("uniqueItems", "oneOf", "format", "pattern"):
         assert word in text, text
     assert schema_to_grammar({"type": "string"}, strict=False)[1] == []
-    m = Machine.from_pushdown(build_pushdown(grammar))
+    m = Machine(build_pushdown(grammar))
     assert accepts(m, '{"tags":["a","a"],"v":{"a":"b"},"e":"x","p":"q"}')
 
 
@@ -897,7 +897,7 @@ def test_json_schema_test_suite():
             groups += 1
             try:
                 grammar, _ = schema_to_grammar(group["schema"])
-                m = Machine.from_pushdown(build_pushdown(grammar))
+                m = Machine(build_pushdown(grammar))
             except JsonSchemaError as exc:
                 refused += 1
                 reason = (
@@ -1089,7 +1089,7 @@ def test_random_values_are_accepted_by_schemas_derived_from_them(pair, other):
     value, schema = pair
     assert valid(schema, value), (schema, value)
     grammar, _ = schema_to_grammar(schema)
-    m = Machine.from_pushdown(build_pushdown(grammar))
+    m = Machine(build_pushdown(grammar))
     # the value, its keys in the grammar's order (properties, then names only required, then the others)
     texts = [dumps(value), dumps(_schema_order(value, schema))]
     assert any(accepts(m, t) for t in texts), (schema, texts)
@@ -1324,7 +1324,7 @@ def test_closed_by_default_objects_stay_closed_inside_one_of():
         "type": "object", "properties": {"kind": {"const": tag}, key: {"type": "integer"}}, "required": ["kind"],
     }  # fmt: skip
     grammar, _ = schema_to_grammar({"oneOf": [branch("a", "x"), branch("b", "y")]}, additional_properties_default=False)
-    machine = Machine.from_pushdown(build_pushdown(grammar))
+    machine = Machine(build_pushdown(grammar))
 
     def accepts(text: str) -> bool:
         configs = machine.read(machine.start, text.encode())

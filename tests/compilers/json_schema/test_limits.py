@@ -113,7 +113,7 @@ def _check_against_jsonschema(schema: dict, instances: list) -> None:
     started = time.process_time()
     grammar, _ = schema_to_grammar(schema)
     assert time.process_time() - started < DEFAULT_TIME_LIMIT / 2
-    m = Machine.from_pushdown(build_pushdown(grammar))
+    m = Machine(build_pushdown(grammar))
     validator = jsonschema.validators.validator_for(schema)(schema)
     for value in instances:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))

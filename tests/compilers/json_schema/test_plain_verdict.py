@@ -91,7 +91,7 @@ def test_enum_values_filtered_by_negated_branches():
         ]
     }
     grammar, _ = schema_to_grammar(schema)
-    machine = Machine.from_pushdown(build_pushdown(grammar))
+    machine = Machine(build_pushdown(grammar))
     for value in "abcde":
         configs = machine.read(machine.start, f'"{value}"'.encode())
         accepted = bool(configs) and machine.can_end(configs)

@@ -36,7 +36,7 @@ def compiled(schema) -> Machine | None:
         if "unsatisfiable" in exc.reason:
             return None
         raise
-    return Machine.from_pushdown(build_pushdown(grammar))
+    return Machine(build_pushdown(grammar))
 
 
 def accepts(m: Machine | None, text: str) -> bool:
