@@ -148,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--band", default="0.9,0.99", help="the band --cprofile reads, as quantiles of TTFM (default 0.9,0.99)"
     )
+    p.add_argument("--sort", default="tottime", help="the order of --cprofile's functions (default tottime)")
     args = p.parse_args(argv)
 
     import maskbench as mb
@@ -217,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
                 stats = pstats.Stats(r["profile"]) if stats is None else stats.add(r["profile"])
         out = io.StringIO()
         stats.stream = out
-        stats.sort_stats("tottime").print_stats(args.cprofile)
+        stats.sort_stats(args.sort).print_stats(args.cprofile)
         print(out.getvalue())
     if args.out:
         args.out.write_text(json.dumps([{k: v for k, v in r.items() if k != "profile"} for r in records]))

@@ -6,8 +6,9 @@ the cache. Without a warm-up that cost lands on the first request that happens t
 of a compile or of a decoding step. :func:`warmup` pays it up front by compiling one structure of each kind (regex,
 choices, JSON Schema, Lark, GBNF) for a small synthetic vocabulary and walking tokens through them with masks: the
 kernels' signatures depend on array types only, never on the vocabulary, so a real tokenizer's structures find them
-ready. The vocabulary is built here rather than taken from :mod:`constrain.testing`, which the library never
-imports.
+ready. It also builds the regex automaton of every supported JSON Schema ``format`` (up to tens of milliseconds
+each the first time, then kept per process). The vocabulary is built here rather than taken from
+:mod:`constrain.testing`, which the library never imports.
 
 Given the vocabulary that requests will use, :func:`warmup` also pays what the first structure for a vocabulary
 pays once per process: its store of lexical walks (:class:`~constrain.runtime.lexical.LexicalMasks`), and the
@@ -17,6 +18,7 @@ vocabulary and reading a text through it with masks.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -24,6 +26,7 @@ import numpy as np
 
 from constrain.automata.nfa import compile_kernels
 from constrain.compilers.api import compile as compile_structure
+from constrain.compilers.json_schema.formats import FORMAT_EXAMPLES
 from constrain.compilers.specs import GBNF, Lark, Regex
 from constrain.errors import ArgumentError
 from constrain.kernels.bitmask import allocate_token_bitmask, apply_token_bitmask, bitmask_to_bool, bool_to_bitmask
@@ -56,6 +59,15 @@ _SCHEMA = {
     },
     "required": ["name", "age"],
 }
+#: Every supported ``format``, each the first time a process meets it a regex automaton of 1 to 30 milliseconds
+#: (a URI's the largest), kept per process once built.
+_FORMATS_SCHEMA = {
+    "type": "object",
+    "properties": {name: {"type": "string", "format": name} for name in FORMAT_EXAMPLES},
+    "required": list(FORMAT_EXAMPLES),
+    "additionalProperties": False,
+}
+_FORMATS_TEXT = json.dumps(FORMAT_EXAMPLES, separators=(",", ":"))
 _LARK = Lark(
     """
     ?start: sum
@@ -87,6 +99,7 @@ _CASES: tuple[tuple[object, tuple[str, ...]], ...] = (
             '"address":{"city":"London","zip":"12345"},"extra":{"k":[1,"v",null,{"x":true}]}}',
         ),
     ),
+    (_FORMATS_SCHEMA, (_FORMATS_TEXT,)),
     (_LARK, ("1 + 2 * (3 + -4.5)",)),
     (_GBNF, ("[ab, 12, [c, []]]",)),
 )
@@ -128,20 +141,24 @@ _warm_vocabularies: set[str] = set()
 
 
 def _warm_vocabulary(vocab: Vocabulary) -> None:
-    """The lexical walks of :data:`_SCHEMA`'s pieces for ``vocab``, each text read with a mask before every token
-    (split greedily into ``vocab``'s longest tokens; a text the vocabulary cannot spell is left out)."""
-    structure = compile_structure(_SCHEMA, vocab, strict=False, cache=False, time_limit=None)
+    """The lexical walks of the JSON schemas' pieces (:data:`_SCHEMA`, the formats) for ``vocab``, each text read
+    with a mask before every token (split greedily into ``vocab``'s longest tokens; a text the vocabulary cannot
+    spell is left out)."""
     bitmask = allocate_token_bitmask(1, vocab.size)
-    for text in _CASES[2][1]:
-        try:
-            tokens = _tokens(vocab, text.encode())
-        except ValueError:
+    for schema, texts in _CASES:
+        if schema is not _SCHEMA and schema is not _FORMATS_SCHEMA:
             continue
-        matcher = structure.matcher()
-        for token in tokens:
+        structure = compile_structure(schema, vocab, strict=False, cache=False, time_limit=None)
+        for text in texts:
+            try:
+                tokens = _tokens(vocab, text.encode())
+            except ValueError:
+                continue
+            matcher = structure.matcher()
+            for token in tokens:
+                matcher.fill_bitmask(bitmask, 0)
+                matcher.advance(token)
             matcher.fill_bitmask(bitmask, 0)
-            matcher.advance(token)
-        matcher.fill_bitmask(bitmask, 0)
 
 
 def _synthetic_vocabulary(holes: int = 0) -> Vocabulary:

@@ -99,3 +99,36 @@ def test_warmup_with_a_vocabulary_prepares_its_walks_once():
     assert LexicalMasks._stores[vocab.fingerprint] is store and len(store._entries) == walks
     with pytest.raises(ArgumentError, match="vocab"):
         warmup("gemma")
+
+
+def test_after_warmup_every_format_compiles_without_building_its_automaton(monkeypatch):
+    """A format's regex automaton takes up to tens of milliseconds the first time a process meets it: warmup()
+    builds them all, so a first request that uses one finds it ready."""
+    import constrain.grammar.rules as rules
+    from constrain import Vocabulary
+    from constrain.compilers.json_schema import compile_json_schema
+    from constrain.compilers.json_schema.formats import _FORMATS, FORMAT_EXAMPLES
+
+    assert set(FORMAT_EXAMPLES) == set(_FORMATS)
+    warmup()
+
+    def no_new_automaton(*args, **kwargs):
+        raise AssertionError(f"a regex automaton was built after warmup(): {args[2]!r}")
+
+    monkeypatch.setattr(rules, "add_regex", no_new_automaton)
+    vocab = Vocabulary.from_token_bytes([bytes([b]) for b in range(256)], eos_ids=[256])
+    for name, example in FORMAT_EXAMPLES.items():
+        structure = compile_json_schema({"type": "string", "format": name}, vocab)
+        text = list(json.dumps(example).encode())
+        assert structure.matcher().validate_tokens(text) == len(text), name
+
+
+def test_format_examples_are_valid_values_of_their_formats():
+    import jsonschema
+
+    from constrain.compilers.json_schema.formats import FORMAT_EXAMPLES
+
+    checker = jsonschema.Draft202012Validator.FORMAT_CHECKER
+    for name, example in FORMAT_EXAMPLES.items():
+        assert checker.conforms(example, name), (name, example)
+    assert not checker.conforms("2024-13-45", "date")  # the checker does check

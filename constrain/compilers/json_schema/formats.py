@@ -109,6 +109,24 @@ _FORMATS = {
     "json-pointer": _JSON_POINTER,
     "relative-json-pointer": _RELATIVE_JSON_POINTER,
 }
+#: A valid value of each format of :data:`_FORMATS` (what :func:`~constrain.compilers.warmup.warmup` reads through
+#: a schema that uses them all, so that their automata are built before the first request).
+FORMAT_EXAMPLES = {
+    "date": "2024-01-31",
+    "time": "12:30:00Z",
+    "date-time": "2024-01-31T12:30:00.5+01:00",
+    "duration": "P1Y2M3DT4H",
+    "email": "ada@example.org",
+    "hostname": "www.example.org",
+    "ipv4": "192.168.0.1",
+    "ipv6": "2001:db8::1",
+    "uuid": "123e4567-e89b-12d3-a456-426614174000",
+    "uri": "https://example.org/a/b?c=d#e",
+    "uri-reference": "../a/b?c",
+    "uri-template": "/users/{id}{?page,size}",
+    "json-pointer": "/a/b~1c",
+    "relative-json-pointer": "1/a",
+}
 #: Formats whose characters never need a JSON escape (their regex is also the encoded language).
 _ENCODED_QUOTED = r'\\"(?:[ !#-\[\]-~]|\\\\(?:[ !#-\[\]-~]|\\"|\\\\))*\\"'
 _ENCODED_POINTER = f'(?:/(?:[^~/"\\\\\\x00-\\x1f]|{_ESCAPE}|~[01])*)*'
