@@ -209,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     for lo, hi in ((0.0, 0.5), (0.5, 0.9), (0.9, 0.99), (0.99, 1.0)):
         a, b = np.quantile(times, lo), np.quantile(times, hi)
         band = [r for r in done if a <= r["ttfm"] <= b]
-        report(band, f"p{100 * lo:g}-p{100 * hi:g} band")
+        if band:
+            report(band, f"p{100 * lo:g}-p{100 * hi:g} band")
     if args.cprofile:
         a, b = np.quantile(times, [float(q) for q in args.band.split(",")])
         stats = None

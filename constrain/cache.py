@@ -410,6 +410,14 @@ class BoundedCache:
                 self._budget.removed(self._number, gone)
             self._budget.added(self._number, key, nbytes)
 
+    def reprice(self, key: Hashable, nbytes: int) -> None:
+        """Count ``nbytes`` for ``key``'s entry from now on (an entry that grew since it was put), evicting as
+        :meth:`put` does; nothing when ``key`` is not held (evicted already)."""
+        with self._lock:
+            entry = self._entries.get(key)
+        if entry is not None:
+            self.put(key, entry[0], nbytes)
+
     def _drop(self, key: Hashable) -> None:
         """Forget ``key`` (the budget evicted it)."""
         with self._lock:

@@ -122,3 +122,17 @@ def test_mask_caches_count_against_the_process_budget(cl100k_vocab):
     before = PROCESS_BUDGET.used_bytes
     structure.masks.get(structure.start)  # the first mask, computed and cached
     assert PROCESS_BUDGET.used_bytes >= before + cl100k_vocab.size // 8
+
+
+def test_reprice_counts_an_entry_at_its_new_size_and_evicts_what_is_then_over():
+    from constrain.cache import BoundedCache, CacheBudget
+
+    budget = CacheBudget(100)
+    cache = BoundedCache(1000, budget=budget)
+    cache.put("old", 1, 30)
+    cache.put("grows", 2, 30)
+    cache.reprice("grows", 80)  # 110 > 100: the least recently used, "old", goes
+    assert cache.get("old") is None and cache.get("grows") == 2
+    assert cache.nbytes == 80 == budget.used_bytes
+    cache.reprice("gone", 500)  # not held: nothing happens
+    assert cache.get("gone") is None and cache.nbytes == 80 == budget.used_bytes

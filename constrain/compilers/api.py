@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 import typing
 import warnings
-from collections.abc import Hashable
+import weakref
+from collections.abc import Callable, Hashable
 from typing import Any, Literal
 
 from constrain.automata.limits import COMPILE_CACHE_BYTES, DEFAULT_TIME_LIMIT, time_limited
@@ -104,8 +105,25 @@ def compile(  # noqa: A001 - the package's entry point, read as constrain.compil
     if relaxations:
         warnings.warn(_relaxation_message(relaxations), RelaxationWarning, stacklevel=2)
     if key is not None:
-        _COMPILED.put(key, structure, max(structure.nbytes, COMPILE_CACHE_BYTES // COMPILE_CACHE_ENTRIES))
+        _COMPILED.put(key, structure, _cached_bytes(structure))
+        structure.on_grown = _repricer(key, weakref.ref(structure))
     return structure
+
+
+def _cached_bytes(structure: CompiledStructure) -> int:
+    return max(structure.nbytes, COMPILE_CACHE_BYTES // COMPILE_CACHE_ENTRIES)
+
+
+def _repricer(key: tuple, ref: weakref.ref[CompiledStructure]) -> Callable[[], None]:
+    """What a cached structure calls when it grows (a JSON Schema's rules are built as matchers reach them): its
+    entry is counted at its new size. A weak reference, so the structure does not keep itself alive."""
+
+    def grown() -> None:
+        structure = ref()
+        if structure is not None:
+            _COMPILED.reprice(key, _cached_bytes(structure))
+
+    return grown
 
 
 def _relaxation_message(relaxations: list[str]) -> str:

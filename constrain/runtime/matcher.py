@@ -13,7 +13,7 @@ automaton, and only a first visit reads the token's bytes.
 from __future__ import annotations
 
 import threading
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -141,6 +141,9 @@ class CompiledStructure:
     masks: MaskCache
     #: The transitions its matchers made (:class:`TransitionCache`), bounded by ``cache_bytes / 16``.
     transitions: TransitionCache
+    #: Called after :attr:`nbytes` grew (a lazily built structure adding rules as matchers reach them), so that
+    #: a cache holding the structure counts its bytes again; None: nobody is told.
+    on_grown: Callable[[], None] | None = None
 
     def __init__(self, vocab: Vocabulary, *, source: str = "", cache_bytes: int = DEFAULT_CACHE_BYTES):
         check_cache_bytes(cache_bytes)

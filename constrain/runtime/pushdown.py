@@ -58,7 +58,7 @@ class Machine:
     and whatever follows call edges (:meth:`closure`, :meth:`walk`, a structure's cached steps) asks
     :meth:`add_rule` first. States keep their numbers as the machine grows, so whatever is cached per state stays
     true; the arrays have room to spare and are replaced by larger copies when full (:attr:`version` counts
-    the allocations, :attr:`on_allocate` is told of each).
+    the allocations; :attr:`on_grow` is told of each, and of each rule appended).
     """
 
     def __init__(self, pushdown: Pushdown):
@@ -72,9 +72,11 @@ class Machine:
         self.version = 0
         self._waiting: dict[int, list[int]] = {}  # rule not added yet -> the edges whose callee it is
         self._lock = threading.RLock()
-        #: A weak reference to what is called after the arrays are replaced (a :class:`GrammarStructure` makes its
-        #: views again): weak, so that the structure is freed as soon as it is dropped, not at a collection.
-        self.on_allocate: weakref.WeakMethod | None = None
+        #: A weak reference to what is called when the machine grows: once its arrays are replaced, before any
+        #: new state is published (a :class:`GrammarStructure` makes its views again), and once rules are
+        #: appended (it counts its bytes again). Weak, so that the structure is freed as soon as it is dropped,
+        #: not at a collection.
+        self.on_grow: weakref.WeakMethod | None = None
         complete = all(pushdown.is_built(i) for i in range(num_rules))
         first = list(range(num_rules)) if complete else [0]
         dfas = [pushdown.rule(i) for i in first]
@@ -110,7 +112,10 @@ class Machine:
         self.call_start = call_start  # the callee's start state, or -1 - callee when that rule is not added yet
         self.call_return = call_return  # the caller's state after the callee returns
         self.version += 1
-        listener = self.on_allocate() if self.on_allocate is not None else None
+        self._tell_grown()
+
+    def _tell_grown(self) -> None:
+        listener = self.on_grow() if self.on_grow is not None else None
         if listener is not None:
             listener()
 
@@ -166,6 +171,7 @@ class Machine:
             for edge in self._waiting.pop(rule, ()):
                 self.call_start[edge] = start
             rule_start[rule] = start
+        self._tell_grown()
 
     @property
     def nbytes(self) -> int:
@@ -463,7 +469,7 @@ class GrammarStructure(CompiledStructure):
         self.start = machine.start
         self.masks = PushdownMasks(pushdown, machine, vocab, cache_bytes=cache_bytes)
         self._views()
-        machine.on_allocate = weakref.WeakMethod(self._views)
+        machine.on_grow = weakref.WeakMethod(self._grown)
         self._data = memoryview(vocab.data)
         self._offsets = memoryview(vocab.offsets).cast("B").cast("q")
         # What reading a token takes, cached on top of the structure's transitions (each a 32nd of ``cache_bytes``):
@@ -479,12 +485,21 @@ class GrammarStructure(CompiledStructure):
         views in locals takes them again after a call that can add a rule: states it adds are only in the new
         arrays."""
         machine = self.machine
+        self._views_version = machine.version
         self._trans = memoryview(machine.trans).cast("B").cast("i")
         self._plain = memoryview(machine.plain)
         self._accepting = memoryview(machine.accepting)
         self._call_ptr = memoryview(machine.call_ptr)
         self._call_start = memoryview(machine.call_start)
         self._call_return = memoryview(machine.call_return)
+
+    def _grown(self) -> None:
+        """The machine replaced its arrays (views of the new ones are made) or appended rules; :attr:`on_grown`
+        is told."""
+        if self._views_version != self.machine.version:
+            self._views()
+        if self.on_grown is not None:
+            self.on_grown()
 
     def matcher(self) -> GrammarMatcher:
         """A new matcher at the start of the structure."""

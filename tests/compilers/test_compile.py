@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 
 import jsonschema
+import numpy as np
 import pytest
 from pydantic import BaseModel
 
@@ -141,3 +142,38 @@ def test_time_limit_bounds_a_regex_compile(cl100k_vocab):
     with pytest.raises(CompileTimeout, match="time_limit=0.3"):
         constrain.compile("((a{1,50}){1,50}){1,50}", cl100k_vocab, time_limit=0.3, cache=False)
     assert time.process_time() - started < 0.3 * 2 + 0.5
+
+
+def test_a_cached_structure_is_counted_at_the_size_it_grows_to():
+    """A JSON Schema's rules are built as matchers reach them: the compile cache counts the structure again each
+    time its automaton grows, so the cache's bound holds for what the structures hold now."""
+    from constrain.compilers import api
+    from constrain.testing import byte_vocabulary
+
+    vocab = byte_vocabulary()
+    names = {i: [f"field_{i}_{j}_with_a_long_name" for j in range(12)] for i in range(30)}
+    defs = {
+        f"d{i}": {
+            "type": "object",
+            "properties": {name: {"type": "integer"} for name in names[i]},
+            "required": names[i][:1],
+            "additionalProperties": False,
+        }
+        for i in names
+    }
+    schema = {
+        "type": "object",
+        "properties": {"pick": {"anyOf": [{"$ref": f"#/$defs/{d}"} for d in defs]}},
+        "required": ["pick"],
+        "$defs": defs,
+    }
+    constrain.clear_compile_cache()
+    structure = constrain.compile(schema, vocab)
+    at_compile = structure.nbytes
+    assert api._COMPILED.nbytes == max(at_compile, api.COMPILE_CACHE_BYTES // api.COMPILE_CACHE_ENTRIES)
+    matcher = structure.matcher()
+    for byte in b'{"pick":':
+        matcher.advance(byte)
+    matcher.fill_bitmask(np.zeros((1, structure.bitmask_width), dtype=np.int32), 0)  # reaches every definition
+    assert structure.nbytes > max(4 * at_compile, api.COMPILE_CACHE_BYTES // api.COMPILE_CACHE_ENTRIES)
+    assert api._COMPILED.nbytes == structure.nbytes
