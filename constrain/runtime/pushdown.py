@@ -61,6 +61,13 @@ class Machine:
     the allocations; :attr:`on_grow` is told of each, and of each rule appended).
     """
 
+    #: The states a lazily built machine has room for from the start (a megabyte of transitions, allocated but
+    #: not written): most schemas' texts reach fewer, so their machine never copies its arrays into larger ones.
+    INITIAL_STATES = 1024
+    #: How many times larger the arrays become when full. Copying them is what growing costs (the pages of the
+    #: copy are written for the first time), and room not yet written costs no memory.
+    GROWTH = 4
+
     def __init__(self, pushdown: Pushdown):
         self.pushdown = pushdown
         num_rules = len(pushdown.names)
@@ -80,9 +87,11 @@ class Machine:
         complete = all(pushdown.is_built(i) for i in range(num_rules))
         first = list(range(num_rules)) if complete else [0]
         dfas = [pushdown.rule(i) for i in first]
-        self._allocate(
-            max(1, sum(d.num_states for d in dfas)), max(1, sum(int(np.count_nonzero(d.calls >= 0)) for d in dfas))
-        )
+        states = sum(d.num_states for d in dfas)
+        edges = sum(int(np.count_nonzero(d.calls >= 0)) for d in dfas)
+        if not complete:  # room for the rules its matchers will add: memory not yet written costs none
+            states, edges = max(states, self.INITIAL_STATES), max(edges, self.INITIAL_STATES)
+        self._allocate(max(1, states), max(1, edges))
         self._append(first, dfas)
 
     def _allocate(self, states: int, edges: int) -> None:
@@ -139,8 +148,9 @@ class Machine:
         edges_used = int(self.call_ptr[base])
         new_edges = sum(int(np.count_nonzero(d.calls >= 0)) for d in dfas)
         if total > self.trans.shape[0] or edges_used + new_edges > self.call_start.shape[0]:
+            grow = self.GROWTH
             self._allocate(
-                max(total, 2 * self.trans.shape[0]), max(edges_used + new_edges, 2 * self.call_start.shape[0])
+                max(total, grow * self.trans.shape[0]), max(edges_used + new_edges, grow * self.call_start.shape[0])
             )
         starts: dict[int, int] = {}
         offset = base
@@ -175,12 +185,14 @@ class Machine:
 
     @property
     def nbytes(self) -> int:
-        """The bytes of its arrays."""
-        arrays = (
-            self.trans, self.accepting, self.plain, self.state_rule, self.call_ptr, self.call_start,
-            self.call_return, self.rule_start,
-        )  # fmt: skip
-        return sum(a.nbytes for a in arrays)
+        """The bytes its states and call edges take in its arrays (the room past them is not written, and costs
+        no memory until it is)."""
+        states, edges = self.num_states, int(self.call_ptr[self.num_states])
+        per_state = sum(a.itemsize * (a.size // len(a)) for a in (self.trans, self.accepting, self.plain))
+        per_state += self.state_rule.itemsize + self.call_ptr.itemsize
+        return (
+            states * per_state + edges * (self.call_start.itemsize + self.call_return.itemsize) + self.rule_start.nbytes
+        )
 
     def locate(self, state: int) -> tuple[int, int]:
         """(rule index, state within that rule's DFA) of a global state."""

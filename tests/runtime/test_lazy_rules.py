@@ -100,7 +100,8 @@ def _nested(depth: int) -> Grammar:
     return Grammar(rules, "r0")
 
 
-def test_a_rule_is_added_when_first_reached_and_states_keep_their_numbers():
+def test_a_rule_is_added_when_first_reached_and_states_keep_their_numbers(monkeypatch):
+    monkeypatch.setattr(Machine, "INITIAL_STATES", 1)  # no room to spare: adding rules replaces the arrays
     pushdown = build_pushdown(_nested(12), lazy=True)
     machine = Machine(pushdown)
     assert [pushdown.is_built(i) for i in range(12)].count(True) == 2  # the start rule and the call-free one
@@ -111,7 +112,7 @@ def test_a_rule_is_added_when_first_reached_and_states_keep_their_numbers():
     configs = machine.read(configs, b"((((((x))))))))")
     assert configs and machine.can_end(configs)
     assert reached and all(machine.rule_states(rule) == states for rule, states in before.items())
-    assert machine.version > 1  # started with room for one rule only
+    assert machine.version > 1  # the arrays were replaced by larger ones
     assert not machine.read(machine.start, b"(((((((((((x))))))))))))")  # one level more than the grammar has
 
 
@@ -139,3 +140,17 @@ def test_a_rule_too_large_for_the_bounds_is_refused_when_reached_naming_it():
     assert info.value.rule == "big"
     with pytest.raises(AutomatonTooLarge):
         compile_grammar(grammar, vocab)  # eagerly: refused at compile time
+
+
+def test_a_lazy_machine_has_room_to_grow_and_counts_only_the_states_it_holds():
+    pushdown = build_pushdown(_nested(12), lazy=True)
+    machine = Machine(pushdown)
+    assert machine.trans.shape[0] >= Machine.INITIAL_STATES > machine.num_states
+    held = machine.nbytes
+    assert held < machine.trans.nbytes  # the room is not counted
+    states = machine.num_states
+    assert machine.read(machine.start, b"((((((x))))))")
+    assert machine.num_states > states and machine.version == 1  # rules added, in the room it had
+    assert machine.nbytes - held >= (machine.num_states - states) * machine.trans.itemsize * 256
+    eager = Machine(build_pushdown(_nested(12)))
+    assert eager.trans.shape[0] == eager.num_states  # a machine built whole has no room to spare
