@@ -45,6 +45,11 @@ class ByteDFA:
     def num_states(self) -> int:
         return int(self.trans.shape[0])
 
+    @cached_property
+    def num_calls(self) -> int:
+        """Its call edges."""
+        return int(np.count_nonzero(self.calls >= 0))
+
     @property
     def nbytes(self) -> int:
         """The bytes of its arrays (what caches bounded in bytes count)."""

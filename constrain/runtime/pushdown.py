@@ -36,7 +36,7 @@ from constrain.runtime.matcher import (
     TransitionCache,
     state_bytes,
 )
-from constrain.runtime.pushdown_kernels import _append_call_edges, _put_shifted, _walk_pushdown
+from constrain.runtime.pushdown_kernels import _append_rule, _walk_pushdown
 from constrain.vocab.vocabulary import Vocabulary
 
 #: A configuration: global states from the bottom frame to the top one.
@@ -88,7 +88,7 @@ class Machine:
         first = list(range(num_rules)) if complete else [0]
         dfas = [pushdown.rule(i) for i in first]
         states = sum(d.num_states for d in dfas)
-        edges = sum(int(np.count_nonzero(d.calls >= 0)) for d in dfas)
+        edges = sum(d.num_calls for d in dfas)
         if not complete:  # room for the rules its matchers will add: memory not yet written costs none
             states, edges = max(states, self.INITIAL_STATES), max(edges, self.INITIAL_STATES)
         self._allocate(max(1, states), max(1, edges))
@@ -142,11 +142,10 @@ class Machine:
     def _append(self, rules: list[int], dfas: list) -> None:
         """Append the states and call edges of ``rules`` (with DFAs ``dfas``), then point the edges waiting for
         them at their starts: until then nothing can reach the new states."""
-        sizes = np.array([d.num_states for d in dfas], dtype=np.int64)
         base = self.num_states
-        total = base + int(sizes.sum())
+        total = base + sum(d.num_states for d in dfas)
         edges_used = int(self.call_ptr[base])
-        new_edges = sum(int(np.count_nonzero(d.calls >= 0)) for d in dfas)
+        new_edges = sum(d.num_calls for d in dfas)
         if total > self.trans.shape[0] or edges_used + new_edges > self.call_start.shape[0]:
             grow = self.GROWTH
             self._allocate(
@@ -155,25 +154,19 @@ class Machine:
         starts: dict[int, int] = {}
         offset = base
         for rule, dfa in zip(rules, dfas):
-            _put_shifted(dfa.trans, self.trans, offset)
-            self.accepting[offset : offset + dfa.num_states] = dfa.accepting
-            self.state_rule[offset : offset + dfa.num_states] = rule
-            self._rule_size[rule] = dfa.num_states
             starts[rule] = offset
+            self._rule_size[rule] = dfa.num_states
             offset += dfa.num_states
         rule_start = self.rule_start
-        callee_start = np.array(
-            [starts.get(c, rule_start[c] if rule_start[c] >= 0 else -1 - c) for d in dfas for c in d.callees],
-            dtype=np.int32,
-        )
-        end = _append_call_edges(
-            np.concatenate([d.calls.ravel() for d in dfas], dtype=np.int32),
-            np.array([len(d.callees) for d in dfas], dtype=np.int64), sizes, base, callee_start,
-            self.call_ptr, self.call_start, self.call_return,
-        )  # fmt: skip
-        self.plain[base:total] = (self.call_ptr[base + 1 : total + 1] == self.call_ptr[base:total]) & ~self.accepting[
-            base:total
-        ]
+        end = edges_used
+        for rule, dfa in zip(rules, dfas):
+            callee_start = np.array(
+                [starts.get(c, rule_start[c] if rule_start[c] >= 0 else -1 - c) for c in dfa.callees], dtype=np.int32
+            )
+            end = _append_rule(
+                dfa.trans, dfa.accepting, dfa.calls, callee_start, rule, starts[rule], self.trans, self.accepting,
+                self.plain, self.state_rule, self.call_ptr, self.call_start, self.call_return,
+            )  # fmt: skip
         for edge in (np.flatnonzero(self.call_start[edges_used:end] < 0) + edges_used).tolist():
             self._waiting.setdefault(-1 - int(self.call_start[edge]), []).append(edge)
         self.num_states = total

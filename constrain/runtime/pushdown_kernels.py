@@ -10,38 +10,31 @@ from constrain.runtime.lexical import _subtrees_below
 
 
 @njit(cache=True, nogil=True)
-def _put_shifted(table, trans, offset):
-    """A rule's transition table into the global one from row ``offset``, its targets moved by ``offset``: one
-    pass over memory, where a copy and then a shift of the stacked tables made two (the tables of a large schema
-    are megabytes)."""
+def _append_rule(
+    table, accepting, calls, callee_start, rule, offset, trans, g_accepting, plain, state_rule, call_ptr, call_start,
+    call_return,
+):  # fmt: skip
+    """Write one rule's DFA into the machine's arrays from global state ``offset`` (whose ``call_ptr`` says where
+    its call edges start), in one pass over its rows: its transitions moved by ``offset``, its accepting states,
+    its rule, its call edges (``call_start`` from ``callee_start`` by callee column: the callee's start, or its
+    ``-1 - rule`` marker when that rule is not added yet; ``call_return`` the caller's state after the callee
+    returns) and which states are plain (neither call nor accept). Returns how many edges the machine then has."""
+    edge = call_ptr[offset]
     for i in range(table.shape[0]):
+        s = offset + i
         for j in range(256):
-            target = table[i, j]
-            trans[offset + i, j] = target + offset if target >= 0 else target
-
-
-@njit(cache=True, nogil=True)
-def _append_call_edges(calls, widths, sizes, base, callee_start, call_ptr, call_start, call_return):
-    """Append the call edges of rules whose states start at global state ``base`` (rule after rule): per state,
-    by callee column, ``call_start`` gets the callee's start state from ``callee_start`` (or its ``-1 - rule``
-    marker when that rule is not built yet) and ``call_return`` the caller's state after the callee returns.
-    ``calls`` holds each rule's call table flattened (``sizes[r]`` rows of ``widths[r]``); ``call_ptr[base]``
-    says where the new edges start. Returns how many edges the machine then has."""
-    edge = call_ptr[base]
-    at, column, state = 0, 0, base
-    for r in range(sizes.shape[0]):
-        first = state  # the rule's own start: its return states are its own states
-        for _ in range(sizes[r]):
-            for k in range(widths[r]):
-                t = calls[at]
-                if t >= 0:
-                    call_start[edge] = callee_start[column + k]
-                    call_return[edge] = first + t
-                    edge += 1
-                at += 1
-            state += 1
-            call_ptr[state] = edge
-        column += widths[r]
+            t = table[i, j]
+            trans[s, j] = t + offset if t >= 0 else t
+        g_accepting[s] = accepting[i]
+        state_rule[s] = rule
+        for k in range(calls.shape[1]):
+            t = calls[i, k]
+            if t >= 0:
+                call_start[edge] = callee_start[k]
+                call_return[edge] = offset + t
+                edge += 1
+        call_ptr[s + 1] = edge
+        plain[s] = edge == call_ptr[s] and not accepting[i]
     return edge
 
 
