@@ -179,6 +179,15 @@ def time_limited(seconds: float | None, what: str) -> Iterator[None]:
         raise CompileTimeout(message, rule=exc.rule) from exc
 
 
+def seconds_allowed() -> float | None:
+    """The seconds the time limit in force allows from its start (None when there is none): what a piece of work
+    deferred past the block (a rule built when a matcher first reaches it) may take on its own."""
+    limit = _DEADLINE.get()
+    if limit is None or math.isinf(limit.at):
+        return None
+    return limit.at - limit.started
+
+
 def check_deadline() -> None:
     """Raise :class:`CompileTimeout` when the time limit in force has run out."""
     limit = _DEADLINE.get()

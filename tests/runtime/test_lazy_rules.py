@@ -16,8 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from constrain.automata.limits import compile_clock
+from constrain.compilers.json_schema import compile_json_schema
 from constrain.compilers.json_schema.compiler import schema_to_grammar
-from constrain.errors import AutomatonTooLarge, GrammarError, TokenError
+from constrain.errors import AutomatonTooLarge, CompileTimeout, GrammarError, JsonSchemaError, TokenError
 from constrain.grammar.ir import Alt, Grammar, Literal, Ref, Repeat, Seq
 from constrain.grammar.rules import build_pushdown
 from constrain.runtime.pushdown import Machine, compile_grammar
@@ -127,10 +129,12 @@ def test_lazy_builds_refuse_what_eager_builds_refuse():
 
 
 def test_a_rule_too_large_for_the_bounds_is_refused_when_reached_naming_it():
-    """A lazy build defers a rule's bounds to its first call: the step that reaches it raises, naming it (JSON
-    Schema's rules that call others are never that large; an eager build refuses the grammar at compile time)."""
+    """A lazy build defers a small rule's bounds to its first call: the step that reaches it raises, naming it.
+    (a|b)*a(a|b){17} has a body of a few dozen NFA states and a DFA of 2^18, past MAX_DFA_STATES; an eager build
+    refuses the grammar at compile time."""
     vocab = byte_vocabulary()
-    big = Seq((Repeat(Literal("ab"), 0, 10**12), Ref("s")))
+    ab = Alt((Literal("a"), Literal("b")))
+    big = Seq((Repeat(ab, 0, None), Literal("a"), Repeat(ab, 17, 17), Ref("s")))
     grammar = Grammar({"s": Seq((Literal("a"), Alt((Ref("big"), Literal("c"))))), "big": big}, "s")
     structure = compile_grammar(grammar, vocab, lazy=True)  # "big" is not needed before the first byte
     matcher = structure.matcher()
@@ -154,3 +158,39 @@ def test_a_lazy_machine_has_room_to_grow_and_counts_only_the_states_it_holds():
     assert machine.nbytes - held >= (machine.num_states - states) * machine.trans.itemsize * 256
     eager = Machine(build_pushdown(_nested(12)))
     assert eager.trans.shape[0] == eager.num_states  # a machine built whole has no room to spare
+
+
+def test_a_rule_built_later_is_held_to_the_time_the_compile_was_allowed():
+    """(a|b)*a(a|b){16} before a call: a small body whose DFA has 2^17 states. Built when first reached, it gets
+    the time the compile had, and is refused with a CompileTimeout naming it past that."""
+    ab = Alt((Literal("a"), Literal("b")))
+    hard = Seq((Repeat(ab, 0, None), Literal("a"), Repeat(ab, 16, 16), Ref("late:end")))
+    grammar = Grammar(
+        {"s": Seq((Literal("x"), Alt((Ref("late:hard"), Literal("y"))))), "late:hard": hard, "late:end": Literal("!")},
+        "s",
+    )
+    pushdown = build_pushdown(grammar, lazy=True, deadline=compile_clock() + 0.05)
+    hard_rule = pushdown.names.index("late:hard")
+    assert not pushdown.is_built(hard_rule)
+    with pytest.raises(CompileTimeout, match="late:hard") as info:
+        pushdown.rule(hard_rule)
+    assert info.value.rule == "late:hard"
+
+
+def test_a_rule_too_large_to_defer_is_built_or_refused_at_compile_time():
+    """A counted array inside an object calls its items' rule: its NFA bound passes EAGER_NFA_STATES, so it is
+    built with the compile (within its time limit) and, past the automaton bounds, refused there, not in a mask."""
+    vocab = byte_vocabulary()
+
+    def schema(n: int) -> dict:
+        items = {"type": "array", "items": {"type": "integer"}, "minItems": n, "maxItems": n}
+        return {"type": "object", "properties": {"a": items}}
+
+    structure = compile_json_schema(schema(8_000), vocab)
+    built = {name for i, name in enumerate(structure.pushdown.names) if structure.pushdown.is_built(i)}
+    assert "schema:/properties/a" in built
+    small = compile_json_schema(schema(3), vocab)
+    assert not small.pushdown.is_built(small.pushdown.names.index("schema:/properties/a"))
+    with pytest.raises(JsonSchemaError, match="DFA states") as info:
+        compile_json_schema(schema(150_000), vocab)
+    assert info.value.pointer == "/properties/a"
