@@ -68,6 +68,16 @@ _FORMATS_SCHEMA = {
     "additionalProperties": False,
 }
 _FORMATS_TEXT = json.dumps(FORMAT_EXAMPLES, separators=(",", ":"))
+_SCHEMA_TEXT = (
+    '{"name":"Ada","age":36,"score":-1.5e3,"kind":"c1","tags":["ab","c"],"when":"2024-01-31","code":"xyz",'
+    '"address":{"city":"London","zip":"12345"},"extra":{"k":[1,"v",null,{"x":true}]}}'
+)
+#: The JSON schemas whose pieces most schemas share, with texts they accept: walked on the synthetic vocabulary
+#: and, by :func:`_warm_vocabulary`, on the one requests use.
+_JSON_CASES: tuple[tuple[dict, tuple[str, ...]], ...] = (
+    (_SCHEMA, (_SCHEMA_TEXT,)),
+    (_FORMATS_SCHEMA, (_FORMATS_TEXT,)),
+)
 _LARK = Lark(
     """
     ?start: sum
@@ -92,14 +102,7 @@ _GBNF = GBNF(
 _CASES: tuple[tuple[object, tuple[str, ...]], ...] = (
     (Regex(r"[a-z]{2,8}@[a-z]+\.(com|org)|\d{4}-\d{2}-\d{2}|-?\d+(\.\d+)?"), ("ada@x.org", "2024-01-31", "-1.5")),
     (["yes", "no", "maybe"], ("maybe",)),
-    (
-        _SCHEMA,
-        (
-            '{"name":"Ada","age":36,"score":-1.5e3,"kind":"c1","tags":["ab","c"],"when":"2024-01-31","code":"xyz",'
-            '"address":{"city":"London","zip":"12345"},"extra":{"k":[1,"v",null,{"x":true}]}}',
-        ),
-    ),
-    (_FORMATS_SCHEMA, (_FORMATS_TEXT,)),
+    *_JSON_CASES,
     (_LARK, ("1 + 2 * (3 + -4.5)",)),
     (_GBNF, ("[ab, 12, [c, []]]",)),
 )
@@ -141,13 +144,10 @@ _warm_vocabularies: set[str] = set()
 
 
 def _warm_vocabulary(vocab: Vocabulary) -> None:
-    """The lexical walks of the JSON schemas' pieces (:data:`_SCHEMA`, the formats) for ``vocab``, each text read
-    with a mask before every token (split greedily into ``vocab``'s longest tokens; a text the vocabulary cannot
-    spell is left out)."""
+    """The lexical walks of :data:`_JSON_CASES`' pieces for ``vocab``, each text read with a mask before every
+    token (split greedily into ``vocab``'s longest tokens; a text the vocabulary cannot spell is left out)."""
     bitmask = allocate_token_bitmask(1, vocab.size)
-    for schema, texts in _CASES:
-        if schema is not _SCHEMA and schema is not _FORMATS_SCHEMA:
-            continue
+    for schema, texts in _JSON_CASES:
         structure = compile_structure(schema, vocab, strict=False, cache=False, time_limit=None)
         for text in texts:
             try:

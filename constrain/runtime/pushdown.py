@@ -58,7 +58,7 @@ class Machine:
     and whatever follows call edges (:meth:`closure`, :meth:`walk`, a structure's cached steps) asks
     :meth:`add_rule` first. States keep their numbers as the machine grows, so whatever is cached per state stays
     true; the arrays have room to spare and are replaced by larger copies when full (:attr:`version` counts
-    the allocations; :attr:`on_grow` is told of each, and of each rule appended).
+    the allocations; :attr:`on_grow` is told of each append).
     """
 
     #: The states a lazily built machine has room for from the start (a megabyte of transitions, allocated but
@@ -79,10 +79,10 @@ class Machine:
         self.version = 0
         self._waiting: dict[int, list[int]] = {}  # rule not added yet -> the edges whose callee it is
         self._lock = threading.RLock()
-        #: A weak reference to what is called when the machine grows: once its arrays are replaced, before any
-        #: new state is published (a :class:`GrammarStructure` makes its views again), and once rules are
-        #: appended (it counts its bytes again). Weak, so that the structure is freed as soon as it is dropped,
-        #: not at a collection.
+        #: A weak reference to what is called when rules are appended, after their states are written and before
+        #: they are published (a :class:`GrammarStructure` makes its views again when the arrays were replaced,
+        #: and counts its bytes again). Weak, so that the structure is freed as soon as it is dropped, not at a
+        #: collection.
         self.on_grow: weakref.WeakMethod | None = None
         complete = all(pushdown.is_built(i) for i in range(num_rules))
         first = list(range(num_rules)) if complete else [0]
@@ -121,12 +121,6 @@ class Machine:
         self.call_start = call_start  # the callee's start state, or -1 - callee when that rule is not added yet
         self.call_return = call_return  # the caller's state after the callee returns
         self.version += 1
-        self._tell_grown()
-
-    def _tell_grown(self) -> None:
-        listener = self.on_grow() if self.on_grow is not None else None
-        if listener is not None:
-            listener()
 
     def add_rule(self, rule: int) -> int:
         """Add rule ``rule`` (building its DFA if the pushdown has not yet) and return its start state. Errors of
@@ -170,22 +164,22 @@ class Machine:
         for edge in (np.flatnonzero(self.call_start[edges_used:end] < 0) + edges_used).tolist():
             self._waiting.setdefault(-1 - int(self.call_start[edge]), []).append(edge)
         self.num_states = total
+        listener = self.on_grow() if self.on_grow is not None else None
+        if listener is not None:  # told before the new states are published (it may make views of new arrays)
+            listener()
         for rule, start in starts.items():  # published last: a reader that sees a start finds its states written
             for edge in self._waiting.pop(rule, ()):
                 self.call_start[edge] = start
             rule_start[rule] = start
-        self._tell_grown()
 
     @property
     def nbytes(self) -> int:
         """The bytes its states and call edges take in its arrays (the room past them is not written, and costs
         no memory until it is)."""
         states, edges = self.num_states, int(self.call_ptr[self.num_states])
-        per_state = sum(a.itemsize * (a.size // len(a)) for a in (self.trans, self.accepting, self.plain))
-        per_state += self.state_rule.itemsize + self.call_ptr.itemsize
-        return (
-            states * per_state + edges * (self.call_start.itemsize + self.call_return.itemsize) + self.rule_start.nbytes
-        )
+        per_state = sum(a[:1].nbytes for a in (self.trans, self.accepting, self.plain, self.state_rule, self.call_ptr))
+        per_edge = self.call_start.itemsize + self.call_return.itemsize
+        return states * per_state + edges * per_edge + self.rule_start.nbytes
 
     def locate(self, state: int) -> tuple[int, int]:
         """(rule index, state within that rule's DFA) of a global state."""
@@ -499,8 +493,8 @@ class GrammarStructure(CompiledStructure):
         self._call_return = memoryview(machine.call_return)
 
     def _grown(self) -> None:
-        """The machine replaced its arrays (views of the new ones are made) or appended rules; :attr:`on_grown`
-        is told."""
+        """The machine appended rules: views of its arrays are made again if it replaced them, and
+        :attr:`on_grown` is told."""
         if self._views_version != self.machine.version:
             self._views()
         if self.on_grown is not None:
