@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
+from decimal import Decimal
 from itertools import islice, product
 from typing import Any
 
@@ -73,15 +74,42 @@ _NEGATED_COUNTS = {
 }
 
 
+class _Excluded:
+    """The values of a negated ``enum`` or ``const``, sorted by what each excludes from a shape. A negated enum is
+    merged into every trial conjunction of an exclusive ``oneOf`` over enums, so its values are sorted once."""
+
+    __slots__ = ("null", "bools", "numbers", "strings", "others")
+
+    def __init__(self, values: Sequence[Any]):
+        self.null = False
+        self.bools: set[bool] = set()
+        self.numbers: set[Decimal] = set()
+        self.strings: set[str] = set()
+        #: Arrays and objects, as (kind, value): a shape cannot exclude one.
+        self.others: list[tuple[str, Any]] = []
+        for value in values:
+            kind = _kind_of(value)
+            if kind == "null":
+                self.null = True
+            elif kind == "boolean":
+                self.bools.add(value)
+            elif kind in ("int", "frac"):
+                self.numbers.add(_to_decimal(value))
+            elif kind == "string":
+                self.strings.add(value)
+            else:
+                self.others.append((kind, value))
+
+
 class _Combinators:
     """The combinators: the branching keywords (``anyOf``, ``oneOf``, ``not``, ``if``/``then``/``else`` and the
     dependent keywords) as alternatives of conjunctions, the negation of a schema, and the merging of a
     conjunction's flat parts (``allOf`` and ``$ref`` already expanded by ``normalise``) into one :class:`_Shape`.
 
     A mixin of :class:`~constrain.compilers.json_schema.compiler._Compiler`. It relies on the compiler's ``doc``,
-    ``node``, ``rules`` and ``notes``, on its caches ``_finite_cache``, ``_disjoint_cache``, ``_disjoint_checking``
-    and ``_in_place``, on its methods ``conj``, ``normalise``, ``live_keys``, ``synthetic``, ``resolve_ref``,
-    ``foreign``, ``known_here``, ``refuse`` and ``unsatisfiable``, and on ``closed_by_default``
+    ``node``, ``rules`` and ``notes``, on its caches ``_finite_cache``, ``_disjoint_cache``, ``_disjoint_checking``,
+    ``_excluded`` and ``_in_place``, on its methods ``conj``, ``normalise``, ``live_keys``, ``synthetic``,
+    ``resolve_ref``, ``foreign``, ``known_here``, ``refuse`` and ``unsatisfiable``, and on ``closed_by_default``
     (:class:`~constrain.compilers.json_schema.objects._ObjectRules`)."""
 
     # -- contradictions found before branching ---------------------------------------------------------------
@@ -727,18 +755,16 @@ class _Combinators:
             sh.restrict(_ALL_KINDS - _kinds_of_type(node["type"]), message, *at)
             return
         if kw in ("enum", "const"):
-            values = [node[kw]] if kw == "const" else node[kw]
-            for value in values:
-                kind = _kind_of(value)
-                if kind == "null":
-                    sh.restrict(sh.kinds - {"null"}, message, *at)
-                elif kind == "boolean":
-                    sh.bools.discard(value)
-                elif kind in ("int", "frac"):
-                    sh.num_excluded.add(_to_decimal(value))
-                elif kind == "string":
-                    sh.str_excluded.add(value)
-                elif kind in sh.kinds:
+            excluded = self._excluded.get(at[0])
+            if excluded is None:
+                excluded = self._excluded[at[0]] = _Excluded([node[kw]] if kw == "const" else node[kw])
+            if excluded.null:
+                sh.restrict(sh.kinds - {"null"}, message, *at)
+            sh.bools -= excluded.bools
+            sh.num_excluded |= excluded.numbers
+            sh.str_excluded |= excluded.strings
+            for kind, value in excluded.others:
+                if kind in sh.kinds:
                     self.refuse(at[0], kw, f"cannot exclude the {kind} value {_dumps(value)[:60]}", "ignored")
             if not sh.bools:
                 sh.restrict(sh.kinds - {"boolean"}, message, *at)

@@ -10,7 +10,7 @@ from typing import Any
 from constrain import collector
 from constrain.automata.limits import DEFAULT_TIME_LIMIT, CompileTimeout, time_limited
 from constrain.compilers.json_schema.arrays import _ArrayRules
-from constrain.compilers.json_schema.combinators import _Combinators
+from constrain.compilers.json_schema.combinators import _Combinators, _Excluded
 from constrain.compilers.json_schema.document import _clean_pointer, _Document
 from constrain.compilers.json_schema.enums import _EnumRules
 from constrain.compilers.json_schema.errors import _TIME_LIMIT, _check_time, _OutOfTime, _Unsatisfiable, _verdict
@@ -75,6 +75,8 @@ class _Compiler(_Combinators, _EnumRules, _NumberRules, _StringRules, _ArrayRule
         self._name_next: dict[str, int] = {}
         self._in_place: dict[str, set[str]] = {}
         self._disjoint_cache: dict[tuple, bool] = {}
+        #: The values of each negated enum or const met, sorted (by its pointer; see combinators._Excluded).
+        self._excluded: dict[str, _Excluded] = {}
         self._finite_cache: dict[str, tuple] = {}
         self._disjoint_checking: set[tuple] = set()
         self._plain: dict[tuple[tuple[str, ...], int | None], Ref] = {}

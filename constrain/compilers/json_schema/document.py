@@ -457,7 +457,12 @@ class _Document:
 
 
 #: The keywords :func:`_plain_verdict` evaluates itself.
-_PLAIN_KEYWORDS = frozenset(("type", "enum", "const", "not"))
+_PLAIN_KEYWORDS = frozenset(
+    {
+        "type", "enum", "const", "not", "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum",
+        "exclusiveMaximum",
+    }
+)  # fmt: skip
 #: Most ``$ptr`` links one check follows (synthetic schemas name others; the chains are short).
 _MAX_PLAIN_HOPS = 8
 _TYPE_NAMES = frozenset(("null", "boolean", "string", "array", "object", "number", "integer"))
@@ -466,11 +471,12 @@ _TYPE_NAMES = frozenset(("null", "boolean", "string", "array", "object", "number
 def _plain_verdict(
     schema: Any, value: Any, known: Mapping[str, Any], draft4: bool, node: Callable[[str], Any] | None = None
 ) -> bool | None:
-    """Whether ``value`` satisfies ``schema`` when the schema asserts nothing but ``type``, ``enum``, ``const`` and
-    ``not`` of such schemas (a keyword its dialect does not know is ignored, as jsonschema ignores it); None for
-    any other schema (a reference among them). ``node`` looks up the pointers of a synthetic schema's ``$ptr``.
-    Most enum values are checked against such parts (an enum beside its type, an exclusive ``oneOf``'s or an
-    ``if``'s negated branches), where jsonschema's set-up costs far more than the check."""
+    """Whether ``value`` satisfies ``schema`` when the schema asserts nothing but ``type``, ``enum``, ``const``,
+    string lengths, numeric bounds (draft 6 and later) and ``not`` of such schemas (a keyword its dialect does not
+    know is ignored, as jsonschema ignores it); None for any other schema (a reference among them). ``node`` looks
+    up the pointers of a synthetic schema's ``$ptr``. Most enum values are checked against such parts (an enum
+    beside its type and length, an exclusive ``oneOf``'s or an ``if``'s negated branches), where jsonschema's
+    set-up costs far more than the check, and its enum search, once per value, makes a large enum quadratic."""
     for _ in range(_MAX_PLAIN_HOPS):
         if node is None or not isinstance(schema, Mapping) or len(schema) != 1 or "$ptr" not in schema:
             break
@@ -495,6 +501,15 @@ def _plain_verdict(
                 ok = any(_json_equal(value, item) for item in argument)
         elif keyword == "const":
             ok = _json_equal(value, argument)
+        elif keyword in ("minLength", "maxLength"):
+            if type(argument) is not int:
+                return None
+            length = len(value) if isinstance(value, str) else None  # code points, as JSON Schema counts them
+            ok = length is None or (length >= argument if keyword == "minLength" else length <= argument)
+        elif keyword != "not":  # a numeric bound
+            if draft4 or type(argument) not in (int, float):
+                return None  # draft 4's exclusive bounds are flags read by minimum and maximum
+            ok = _within(value, keyword, argument)
         else:
             inner = _plain_verdict(argument, value, known, draft4, node)
             ok = None if inner is None else not inner
@@ -503,6 +518,20 @@ def _plain_verdict(
         if not ok:
             return False
     return True
+
+
+def _within(value: Any, keyword: str, bound: int | float) -> bool:
+    """jsonschema's ``minimum``, ``maximum``, ``exclusiveMinimum`` or ``exclusiveMaximum`` (draft 6 and later): a
+    bound holds for every value that is not a number."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return True
+    if keyword == "minimum":
+        return value >= bound
+    if keyword == "maximum":
+        return value <= bound
+    if keyword == "exclusiveMinimum":
+        return value > bound
+    return value < bound
 
 
 def _has_type(value: Any, type_: Any, draft4: bool) -> bool | None:

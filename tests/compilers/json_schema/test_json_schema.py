@@ -1349,3 +1349,29 @@ def test_counted_string_automata_equal_the_determinised_repetition(lo, hi):
         expected, _ = _build_rule_dfa(Seq(tuple(parts)))
         built = _counted_chars(lo, hi, open_quote, close_quote).dfa
         assert np.array_equal(built.trans, expected.trans) and np.array_equal(built.accepting, expected.accepting)
+
+
+def test_negated_enums_exclude_their_values_in_every_conjunction():
+    """A negated enum's values are sorted once per schema and merged into every trial conjunction of an exclusive
+    ``oneOf``: each branch still excludes exactly the other branches' values, of every kind."""
+    schema = {
+        "oneOf": [
+            {"enum": ["a", "b", 1, None, True]},
+            {"enum": ["b", "c", 1.0, 2]},
+            {"type": ["string", "number", "boolean", "null"], "not": {"const": "z"}},
+        ]
+    }
+    check(schema, ["a", "b", "c", "d", "z", 1, 1.0, 2, 3, 2.5, None, True, False, [], {}])
+
+
+def test_a_negated_enum_of_objects_is_refused_with_its_pointer():
+    """A shape cannot exclude an object or array value: refused in strict mode at the negated keyword, noted and
+    ignored in lenient mode (its scalar values are still excluded)."""
+    schema = {"type": ["object", "string"], "not": {"enum": [{"a": 1}, "x"]}}
+    with pytest.raises(JsonSchemaError) as info:
+        schema_to_grammar(schema)
+    assert info.value.pointer == "/not/enum" and "object value" in str(info.value)
+    grammar, notes = schema_to_grammar(schema, strict=False)
+    assert any("/not/enum" in note and "object value" in note for note in notes), notes
+    m = Machine(build_pushdown(grammar))
+    assert accepts(m, '"y"') and not accepts(m, '"x"') and accepts(m, '{"a":1}')
