@@ -68,19 +68,22 @@ class DeadEndError(ConstrainError, RuntimeError):
 
 class AutomatonTooLarge(StructureError):
     """The structure needs more automaton states than the configured limit. ``rule``: the grammar rule whose
-    automaton it is, when a grammar's."""
+    automaton it is, when a grammar's; ``origin``: where its source wrote that rule (a JSON pointer), when known."""
 
-    def __init__(self, message: str, rule: str | None = None):
+    def __init__(self, message: str, rule: str | None = None, origin: str | None = None):
         self.rule = rule
+        self.origin = origin
         super().__init__(message)
 
 
 class CompileTimeout(StructureError):
     """Building a structure's automata ran past the time limit its caller set (see :func:`deadline`). ``rule``:
-    the grammar rule being built then, when a grammar's."""
+    the grammar rule being built then, when a grammar's; ``origin``: where its source wrote that rule (a JSON
+    pointer), when known."""
 
-    def __init__(self, message: str, rule: str | None = None):
+    def __init__(self, message: str, rule: str | None = None, origin: str | None = None):
         self.rule = rule
+        self.origin = origin
         super().__init__(message)
 
 

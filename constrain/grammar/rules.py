@@ -89,8 +89,15 @@ def build_pushdown(grammar: Grammar, *, deadline: float | None = None, lazy: boo
         ]
 
     def build_later(i: int) -> ByteDFA:
-        with deadline_of(compile_clock() + allowed) if allowed is not None else nullcontext():
-            return build(i)
+        """Rule ``i``'s DFA, built when a matcher first reaches it: its refusal says where the rule came from."""
+        try:
+            with deadline_of(compile_clock() + allowed) if allowed is not None else nullcontext():
+                return build(i)
+        except (AutomatonTooLarge, CompileTimeout) as exc:
+            origin = grammar.origins.get(names[i])
+            if origin is None:
+                raise
+            raise type(exc)(f"{exc} (the rule comes from {origin or '/'})", rule=exc.rule, origin=origin) from None
 
     pushdown = Pushdown(names, rules, calling=calling, build=build_later)
     check_rules(pushdown, bodies, index)

@@ -124,7 +124,7 @@ class Machine:
 
     def add_rule(self, rule: int) -> int:
         """Add rule ``rule`` (building its DFA if the pushdown has not yet) and return its start state. Errors of
-        a late build (a rule past the automaton bounds) are raised here, naming the rule."""
+        a late build (a rule past the automaton bounds) are raised here, naming the rule and where it came from."""
         start = int(self.rule_start[rule])
         if start >= 0:
             return start

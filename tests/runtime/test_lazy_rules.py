@@ -129,19 +129,25 @@ def test_lazy_builds_refuse_what_eager_builds_refuse():
 
 
 def test_a_rule_too_large_for_the_bounds_is_refused_when_reached_naming_it():
-    """A lazy build defers a small rule's bounds to its first call: the step that reaches it raises, naming it.
-    (a|b)*a(a|b){17} has a body of a few dozen NFA states and a DFA of 2^18, past MAX_DFA_STATES; an eager build
-    refuses the grammar at compile time."""
+    """A lazy build defers a small rule's bounds to its first call: the step that reaches it raises, naming it and
+    where its source wrote it (a JSON pointer for a schema's rule). (a|b)*a(a|b){17} has a body of a few dozen NFA
+    states and a DFA of 2^18, past MAX_DFA_STATES; an eager build refuses the grammar at compile time."""
     vocab = byte_vocabulary()
     ab = Alt((Literal("a"), Literal("b")))
     big = Seq((Repeat(ab, 0, None), Literal("a"), Repeat(ab, 17, 17), Ref("s")))
-    grammar = Grammar({"s": Seq((Literal("a"), Alt((Ref("big"), Literal("c"))))), "big": big}, "s")
+    rules = {"s": Seq((Literal("a"), Alt((Ref("big"), Literal("c"))))), "big": big}
+    grammar = Grammar(rules, "s", {"big": "/properties/big"})
     structure = compile_grammar(grammar, vocab, lazy=True)  # "big" is not needed before the first byte
     matcher = structure.matcher()
     matcher.advance(ord("a"))
-    with pytest.raises(AutomatonTooLarge, match="big") as info:
+    with pytest.raises(AutomatonTooLarge, match="big.*from /properties/big") as info:
         matcher.fill_bitmask(np.zeros((1, (vocab.size + 31) // 32), np.int32), 0)
-    assert info.value.rule == "big"
+    assert info.value.rule == "big" and info.value.origin == "/properties/big"
+    unnamed = compile_grammar(Grammar(rules, "s"), vocab, lazy=True).matcher()
+    unnamed.advance(ord("a"))
+    with pytest.raises(AutomatonTooLarge) as info:
+        unnamed.fill_bitmask(np.zeros((1, (vocab.size + 31) // 32), np.int32), 0)
+    assert info.value.rule == "big" and info.value.origin is None
     with pytest.raises(AutomatonTooLarge):
         compile_grammar(grammar, vocab)  # eagerly: refused at compile time
 
@@ -174,7 +180,7 @@ def test_a_rule_built_later_is_held_to_the_time_the_compile_was_allowed():
     assert not pushdown.is_built(hard_rule)
     with pytest.raises(CompileTimeout, match="late:hard") as info:
         pushdown.rule(hard_rule)
-    assert info.value.rule == "late:hard"
+    assert info.value.rule == "late:hard" and info.value.origin is None
 
 
 def test_a_rule_too_large_to_defer_is_built_or_refused_at_compile_time():
