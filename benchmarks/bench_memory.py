@@ -7,11 +7,13 @@ Run: .venv/bin/python benchmarks/bench_memory.py [--limit N] [--plot benchmarks/
 Start-up steps are measured in order: Python with numpy; the Gemma tokenizer (transformers); constrain's modules
 (numba, the compilers); the ``Vocabulary`` (from the on-disk cache); ``constrain.warmup()`` (numba's kernels
 loaded); ``constrain.warmup(vocab)`` (the vocabulary's store of lexical walks, as a server makes at start).
-"Added at start" is the last minus the tokenizer's step: what constrain itself adds. Then each schema is compiled
-(``strict``, the default time limit), its first mask computed and its valid instances forced (a mask and an
-advance per token), as requests would; the resident set size (``VmRSS``) is sampled every ``--every`` schemas. The
-plot draws it against schemas compiled, with the process's cache budget (``constrain.set_cache_budget``) above
-the start-up memory as a line.
+"Added at start" is the last minus the tokenizer's step: what constrain itself adds; beside the RSS, its anonymous
+part (``RssAnon``: what the process allocated), since the rest, pages of the shared libraries it maps (numba's LLVM
+is a 180 MB library), varies with what of those files the kernel maps at each fault, not with the engine. Then
+each schema is compiled (``strict``, the default time limit), its first mask computed and its valid instances
+forced (a mask and an advance per token), as requests would; the resident set size (``VmRSS``) is sampled every
+``--every`` schemas. The plot draws it against schemas compiled, with the process's cache budget
+(``constrain.set_cache_budget``) above the start-up memory as a line.
 """
 
 from __future__ import annotations
@@ -29,13 +31,19 @@ import numpy as np
 MASKBENCH = Path(__file__).resolve().parents[2] / "shared" / "data" / "maskbench-dev.jsonl.gz"
 
 
-def rss_mib() -> float:
-    """This process's resident set size in MiB (``VmRSS`` of ``/proc/self/status``)."""
+def rss_mib(field: str = "VmRSS") -> float:
+    """This process's resident set size in MiB (``VmRSS`` of ``/proc/self/status``), or another of its fields
+    (``RssAnon``: the memory it allocated, without the pages of files it maps)."""
     with open("/proc/self/status", encoding="ascii") as status:
         for line in status:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
-    raise OSError("no VmRSS in /proc/self/status")
+    raise OSError(f"no {field} in /proc/self/status")
+
+
+def step(name: str) -> tuple[str, float, float]:
+    """A start-up step: its name, the RSS and the anonymous part of it after it (MiB)."""
+    return name, rss_mib(), rss_mib("RssAnon")
 
 
 def main() -> None:
@@ -46,14 +54,14 @@ def main() -> None:
     parser.add_argument("--json-out", type=Path, default=None)
     args = parser.parse_args()
 
-    steps = [("python + numpy", rss_mib())]
+    steps = [step("python + numpy")]
     with gzip.open(MASKBENCH, "rt", encoding="utf-8") as lines:  # the benchmark's own data, before constrain
         records = [json.loads(line) for line in lines if line.strip()][: args.limit]
-    steps.append(("MaskBench records (the benchmark's data)", rss_mib()))
+    steps.append(step("MaskBench records (the benchmark's data)"))
     from constrain.models.tokenizers import load_gemma_tokenizer
 
     tokenizer = load_gemma_tokenizer()
-    steps.append(("Gemma tokenizer (transformers)", rss_mib()))
+    steps.append(step("Gemma tokenizer (transformers)"))
     import constrain
     from constrain.cache import PROCESS_BUDGET
     from constrain.compilers.api import compile as compile_spec
@@ -61,13 +69,13 @@ def main() -> None:
     from constrain.kernels.bitmask import allocate_token_bitmask
     from constrain.testing.maskbench import serialise
 
-    steps.append(("constrain's modules (numba included)", rss_mib()))
+    steps.append(step("constrain's modules (numba included)"))
     vocab = constrain.Vocabulary.from_tokenizer(tokenizer)
-    steps.append(("Gemma vocabulary", rss_mib()))
+    steps.append(step("Gemma vocabulary"))
     constrain.warmup()
-    steps.append(("warmup (kernels)", rss_mib()))
+    steps.append(step("warmup (kernels)"))
     constrain.warmup(vocab)
-    steps.append(("warmup(vocab) (the vocabulary's shared walks)", rss_mib()))
+    steps.append(step("warmup(vocab) (the vocabulary's shared walks)"))
     gc.collect()
 
     bitmask = allocate_token_bitmask(1, vocab.size)
@@ -100,13 +108,15 @@ def main() -> None:
     held_mib = PROCESS_BUDGET.used_bytes / 2**20
     print(f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}; {len(records)} schemas in {seconds:.0f} s "
           f"({compiled} compiled, {refused} refused)")  # fmt: skip
-    print("\n| step | RSS (MiB) | added (MiB) |\n|---|---:|---:|")
-    previous = steps[0][1]
-    for name, value in steps:
-        print(f"| {name} | {value:.0f} | {value - previous:+.0f} |")
-        previous = value
+    print("\n| step | RSS (MiB) | added (MiB) | of which anonymous (MiB) |\n|---|---:|---:|---:|")
+    previous, previous_anon = steps[0][1], steps[0][2]
+    for name, value, anon in steps:
+        print(f"| {name} | {value:.0f} | {value - previous:+.0f} | {anon - previous_anon:+.0f} |")
+        previous, previous_anon = value, anon
     start_added = steps[-1][1] - steps[2][1]
-    print(f"\nconstrain added at start (after the tokenizer): {start_added:.0f} MiB")
+    start_anon = steps[-1][2] - steps[2][2]
+    print(f"\nconstrain added at start (after the tokenizer): {start_added:.0f} MiB, {start_anon:.0f} MiB of it "
+          "anonymous (the rest: pages of the shared libraries it maps, LLVM's above all)")  # fmt: skip
     rss = np.array([p[1] for p in points])
     print(f"RSS over the schemas: start {rss[0]:.0f}, p50 {np.median(rss):.0f}, max {rss.max():.0f} MiB; "
           f"growth {rss[-1] - rss[0]:+.0f} MiB; the caches hold {held_mib:.0f} MiB at the end, "
