@@ -79,7 +79,7 @@ class _Deadline:
         than :data:`_LOOK_EVERY` from now."""
         clock = compile_clock()
         if not self.paused and clock - self.started > collector.PAUSE_AFTER:
-            collector.pause()
+            collector.pause(long=True)
             self.paused = True
         if clock > self.at:
             raise CompileTimeout("building the automata ran past the time limit")
