@@ -76,7 +76,7 @@ def _malloc_trim() -> Callable[[int], int] | None:
     if _TRIM is _UNRESOLVED:
         try:
             _TRIM = ctypes.CDLL(None).malloc_trim
-        except (OSError, AttributeError):  # not glibc (musl, macOS, Windows)
+        except (OSError, AttributeError, TypeError):  # not glibc (musl, macOS, Windows)
             _TRIM = None
     return _TRIM
 
