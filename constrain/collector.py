@@ -10,13 +10,13 @@ counting still frees whatever a compile drops; cycles it leaves are collected on
 
 The end of such a long compile also gives the C heap's free pages back to the system (glibc's ``malloc_trim``):
 the automata of a schema that needs hundreds of MiB for a moment are freed when it ends, but glibc keeps the
-pages of its heap, so without this one such schema would leave a long-lived process that much larger for good
-(over the MaskBench dev set, 400 MiB of the resident memory a server ends with).
+pages of its heap, so without this one such schema would leave a long-lived process that much larger for good.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import gc
 import threading
 from collections.abc import Callable
@@ -71,15 +71,10 @@ def release_free_memory() -> None:
         trim(0)
 
 
+@functools.cache
 def _malloc_trim() -> Callable[[int], int] | None:
-    global _TRIM
-    if _TRIM is _UNRESOLVED:
-        try:
-            _TRIM = ctypes.CDLL(None).malloc_trim
-        except (OSError, AttributeError, TypeError):  # not glibc (musl, macOS, Windows)
-            _TRIM = None
-    return _TRIM
-
-
-_UNRESOLVED = object()
-_TRIM: Callable[[int], int] | None | object = _UNRESOLVED
+    """glibc's ``malloc_trim``, or None where the C library has none (musl, macOS, Windows)."""
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError, TypeError):
+        return None

@@ -12,6 +12,7 @@ from constrain import collector
 from constrain.automata.limits import check_deadline, compile_clock, deadline
 from constrain.compilers.json_schema import compile_json_schema
 from constrain.errors import CompileTimeout
+from constrain.testing.memory import status_mib
 
 
 @pytest.fixture(autouse=True)
@@ -97,14 +98,6 @@ def test_a_large_pause_ends_with_its_survivors_in_the_oldest_generation(monkeypa
     assert gc.is_tracked(kept[0])
 
 
-def _rss_mib() -> float:
-    with open("/proc/self/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise OSError("no VmRSS")
-
-
 def _fragmented_heap(mib: int) -> list[bytes]:
     """Free ``mib`` MiB of C-heap blocks (2 KiB bytes objects, which Python takes from malloc) while one block in
     64 stays alive: the heap cannot shrink from its top, so glibc keeps the free pages until it is trimmed."""
@@ -114,18 +107,20 @@ def _fragmented_heap(mib: int) -> list[bytes]:
     return kept
 
 
-@pytest.mark.skipif(collector._malloc_trim() is None, reason="the C library has no malloc_trim (not glibc)")
+@pytest.mark.skipif(
+    collector._malloc_trim() is None or status_mib() is None, reason="no malloc_trim (not glibc), or no /proc"
+)
 def test_the_end_of_a_long_compile_gives_the_heaps_free_pages_back():
     """A long compile's automata are freed when it ends, but the C heap keeps their pages: the end of a long
     compile's pause gives them back, so one schema that needed hundreds of MiB does not leave the process that
     much larger. A short pause does not (trimming a large heap takes milliseconds)."""
     collector.release_free_memory()
     kept = _fragmented_heap(200)
-    freed_but_held = _rss_mib()
+    freed_but_held = status_mib()
     collector.pause()
     collector.resume()
-    assert _rss_mib() > freed_but_held - 50  # a short pause: the free pages stay
+    assert status_mib() > freed_but_held - 50  # a short pause: the free pages stay
     with deadline(None):
         busy(collector.PAUSE_AFTER * 1.5)  # a long compile: pauses with long=True
-    assert _rss_mib() < freed_but_held - 100, (freed_but_held, _rss_mib())
+    assert status_mib() < freed_but_held - 100, (freed_but_held, status_mib())
     assert gc.isenabled() and len(kept) == 200 * 8

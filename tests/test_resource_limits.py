@@ -180,11 +180,9 @@ def peak_rss_mb(code: str) -> int:
         + textwrap.dedent(code)
         + textwrap.dedent(
             """
-        try:
-            with open("/proc/self/status") as status:
-                print(next(int(line.split()[1]) // 1024 for line in status if line.startswith("VmHWM:")))
-        except OSError:  # not Linux: no parent's peak is counted there
-            print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+        from constrain.testing.memory import status_mib
+        peak = status_mib("VmHWM")  # None when not Linux: no parent's peak is counted there
+        print(int(peak) if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
         """
         )
     )

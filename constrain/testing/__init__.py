@@ -19,6 +19,8 @@ constrain's own tests use them, and so can yours::
 - :mod:`constrain.testing.walks`: :func:`random_walk` (seeded walks under the mask), :func:`accepts_text`
   (whether a structure reads a text byte by byte and may end there) and :func:`token_length_weights` (weights
   that prefer short tokens, so that walks end sooner).
+- :mod:`constrain.testing.memory`: :func:`~constrain.testing.memory.status_mib`, a process's memory (resident,
+  peak, anonymous) as Linux reports it, for tests that bound it.
 
 The library itself never imports this package.
 """

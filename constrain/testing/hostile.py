@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from constrain.testing.memory import status_mib
+
 #: Peak resident memory (MB) a case's process may reach: the library and its kernels loaded (about 250 MB), the
 #: caches at their byte budgets, and one automaton at the state caps of :mod:`constrain.automata.limits`.
 MEMORY_BOUND_MB = 1536
@@ -211,11 +213,8 @@ def _():
 def _peak_mb() -> float:
     """This process's peak resident memory: ``VmHWM`` on Linux, since the ``ru_maxrss`` of a process started by
     ``subprocess`` counts its parent's peak too; ``ru_maxrss`` elsewhere."""
-    try:
-        with open("/proc/self/status") as status:
-            return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024
-    except (OSError, StopIteration):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
+    peak = status_mib("VmHWM")
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _run_here(name: str, time_limit: float) -> dict[str, Any]:

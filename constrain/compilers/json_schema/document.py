@@ -456,13 +456,10 @@ class _Document:
         return found
 
 
+#: The numeric bounds :func:`_plain_verdict` evaluates (draft 6 and later; draft 4's are left to jsonschema).
+_BOUNDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
 #: The keywords :func:`_plain_verdict` evaluates itself.
-_PLAIN_KEYWORDS = frozenset(
-    {
-        "type", "enum", "const", "not", "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum",
-        "exclusiveMaximum",
-    }
-)  # fmt: skip
+_PLAIN_KEYWORDS = frozenset({"type", "enum", "const", "not", "minLength", "maxLength"}) | _BOUNDS
 #: Most ``$ptr`` links one check follows (synthetic schemas name others; the chains are short).
 _MAX_PLAIN_HOPS = 8
 _TYPE_NAMES = frozenset(("null", "boolean", "string", "array", "object", "number", "integer"))
@@ -506,7 +503,7 @@ def _plain_verdict(
                 return None
             length = len(value) if isinstance(value, str) else None  # code points, as JSON Schema counts them
             ok = length is None or (length >= argument if keyword == "minLength" else length <= argument)
-        elif keyword != "not":  # a numeric bound
+        elif keyword in _BOUNDS:
             if draft4 or type(argument) not in (int, float):
                 return None  # draft 4's exclusive bounds are flags read by minimum and maximum
             ok = _within(value, keyword, argument)
