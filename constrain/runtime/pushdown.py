@@ -48,6 +48,8 @@ Configs = tuple[Stack, ...]
 MAX_CONFIGS = 256
 #: Deepest stack a configuration that reads a byte may have (bounds nesting such as ``[[[[...]]]]``).
 MAX_STACK_DEPTH = 256
+#: What :attr:`Machine.rule_start` takes per rule: a list item and the int it points to.
+_RULE_ENTRY_BYTES = 36
 
 
 class Machine:
@@ -71,7 +73,8 @@ class Machine:
     def __init__(self, pushdown: Pushdown):
         self.pushdown = pushdown
         num_rules = len(pushdown.names)
-        self.rule_start = np.full(num_rules, -1, dtype=np.int32)  # global start state of each rule added; -1: not
+        #: The global start state of each rule added; -1: not added yet (a list: read one item at a time, in Python).
+        self.rule_start = [-1] * num_rules
         self._rule_size = [0] * num_rules
         #: Per rule: True when it calls no other rule (a lexical piece).
         self.call_free = tuple(not calling for calling in pushdown.calling)
@@ -125,51 +128,63 @@ class Machine:
     def add_rule(self, rule: int) -> int:
         """Add rule ``rule`` (building its DFA if the pushdown has not yet) and return its start state. Errors of
         a late build (a rule past the automaton bounds) are raised here, naming the rule and where it came from."""
-        start = int(self.rule_start[rule])
+        start = self.rule_start[rule]
         if start >= 0:
             return start
         with self._lock:
             if self.rule_start[rule] < 0:
                 self._append([rule], [self.pushdown.rule(rule)])
-            return int(self.rule_start[rule])
+            return self.rule_start[rule]
 
     def _append(self, rules: list[int], dfas: list) -> None:
         """Append the states and call edges of ``rules`` (with DFAs ``dfas``), then point the edges waiting for
-        them at their starts: until then nothing can reach the new states."""
+        them at their starts: until then nothing can reach the new states. A matcher's mask appends one rule at a
+        time, so the Python around the kernel is kept to plain ints and lists."""
         base = self.num_states
-        total = base + sum(d.num_states for d in dfas)
         edges_used = int(self.call_ptr[base])
-        new_edges = sum(d.num_calls for d in dfas)
-        if total > self.trans.shape[0] or edges_used + new_edges > self.call_start.shape[0]:
+        total, new_edges = base, 0
+        for dfa in dfas:
+            total += dfa.num_states
+            new_edges += dfa.num_calls
+        if total > len(self.accepting) or edges_used + new_edges > len(self.call_start):
             grow = self.GROWTH
             self._allocate(
-                max(total, grow * self.trans.shape[0]), max(edges_used + new_edges, grow * self.call_start.shape[0])
+                max(total, grow * len(self.accepting)), max(edges_used + new_edges, grow * len(self.call_start))
             )
         starts: dict[int, int] = {}
         offset = base
+        rule_size = self._rule_size
         for rule, dfa in zip(rules, dfas):
             starts[rule] = offset
-            self._rule_size[rule] = dfa.num_states
+            rule_size[rule] = dfa.num_states
             offset += dfa.num_states
         rule_start = self.rule_start
         end = edges_used
+        unresolved = False  # whether an edge calls a rule not added yet
         for rule, dfa in zip(rules, dfas):
-            callee_start = np.array(
-                [starts.get(c, rule_start[c] if rule_start[c] >= 0 else -1 - c) for c in dfa.callees], dtype=np.int32
-            )
+            targets = []
+            for callee in dfa.callees:
+                start = starts.get(callee, rule_start[callee])
+                if start < 0:
+                    start, unresolved = -1 - callee, True
+                targets.append(start)
             end = _append_rule(
-                dfa.trans, dfa.accepting, dfa.calls, callee_start, rule, starts[rule], self.trans, self.accepting,
-                self.plain, self.state_rule, self.call_ptr, self.call_start, self.call_return,
+                dfa.trans, dfa.accepting, dfa.calls, np.array(targets, dtype=np.int32), rule, starts[rule],
+                self.trans, self.accepting, self.plain, self.state_rule, self.call_ptr, self.call_start,
+                self.call_return,
             )  # fmt: skip
-        for edge in (np.flatnonzero(self.call_start[edges_used:end] < 0) + edges_used).tolist():
-            self._waiting.setdefault(-1 - int(self.call_start[edge]), []).append(edge)
+        if unresolved:
+            waiting = self._waiting
+            for edge in (np.flatnonzero(self.call_start[edges_used:end] < 0) + edges_used).tolist():
+                waiting.setdefault(-1 - int(self.call_start[edge]), []).append(edge)
         self.num_states = total
         listener = self.on_grow() if self.on_grow is not None else None
         if listener is not None:  # told before the new states are published (it may make views of new arrays)
             listener()
+        call_start = self.call_start
         for rule, start in starts.items():  # published last: a reader that sees a start finds its states written
             for edge in self._waiting.pop(rule, ()):
-                self.call_start[edge] = start
+                call_start[edge] = start
             rule_start[rule] = start
 
     @property
@@ -179,21 +194,21 @@ class Machine:
         states, edges = self.num_states, int(self.call_ptr[self.num_states])
         per_state = sum(a[:1].nbytes for a in (self.trans, self.accepting, self.plain, self.state_rule, self.call_ptr))
         per_edge = self.call_start.itemsize + self.call_return.itemsize
-        return states * per_state + edges * per_edge + self.rule_start.nbytes
+        return states * per_state + edges * per_edge + _RULE_ENTRY_BYTES * len(self.rule_start)
 
     def locate(self, state: int) -> tuple[int, int]:
         """(rule index, state within that rule's DFA) of a global state."""
         rule = int(self.state_rule[state])
-        return rule, state - int(self.rule_start[rule])
+        return rule, state - self.rule_start[rule]
 
     def rule_states(self, rule: int) -> slice:
         """The global states of one rule (added)."""
-        start = int(self.rule_start[rule])
+        start = self.rule_start[rule]
         return slice(start, start + self._rule_size[rule])
 
     @property
     def start(self) -> Configs:
-        return ((int(self.rule_start[0]),),)
+        return ((self.rule_start[0],),)
 
     # -- the Python reference used by matchers to read tokens ----------------------------------------------------
 
