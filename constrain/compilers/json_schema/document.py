@@ -169,16 +169,18 @@ class _Document:
         self.spec = self.specification(dialects.get(cls.__name__, rj.DRAFT202012).name)
         self.base = self.spec.create_resource(schema).id() or ""
         self.names_resources = _names_resources(schema)
+        self.nodes: dict[str, Any] = {"": schema}
+        self.synthetic: dict[str, Any] = {}
         self.bases: dict[str, str] = {"": self.base}
+        #: The pointer each reference resolves to, by (base URI in force, reference): see :meth:`resolve`.
+        self._resolved: dict[tuple[str, str], str] = {}
         if self.names_resources:
             self.registry = self._crawl(embedded)
         else:  # JSON pointers into the root are all its $refs can name: no crawl needed
             self.registry = referencing.Registry().with_resource(self.base, self.spec.create_resource(schema))
         self.root_resolver = self.registry.resolver(self.base)
         self.unresolvable = referencing.exceptions.Unresolvable
-        self.nodes: dict[str, Any] = {"": schema}
         self.resolvers: dict[str, Any] = {"": self.root_resolver}
-        self.synthetic: dict[str, Any] = {}
         #: The pointer of each synthetic node by (origin, its JSON text): one node per meaning and origin.
         self._synthetic_at: dict[tuple[str, str], str] = {}
         self._validator = None
@@ -273,18 +275,21 @@ class _Document:
 
     def base_at(self, ptr: str) -> str:
         """The base URI in force at ``ptr`` (a pointer into the document): the ids met on the way, read in the
-        root's draft."""
+        root's draft. Found from the nearest pointer above it already known, and kept for each one on the way."""
         hit = self.bases.get(ptr)
         if hit is not None:
             return hit
-        base, node = self.base, self.schema
-        for token in ptr.split("/")[1:]:
-            key = token.replace("~1", "/").replace("~0", "~")
-            node = node[int(key)] if isinstance(node, list) else node[key]
-            rid = self.spec.create_resource(node).id()
+        below = [ptr]
+        above = ptr.rpartition("/")[0]
+        while above not in self.bases:
+            below.append(above)
+            above = above.rpartition("/")[0]
+        base = self.bases[above]
+        for at in reversed(below):
+            rid = self.spec.create_resource(self.node(at)).id()
             if rid:
                 base = urljoin(base, rid)
-        self.bases[ptr] = base
+            self.bases[at] = base
         return base
 
     def resolver_at(self, ptr: str):
@@ -310,6 +315,11 @@ class _Document:
                         return target
                 except (KeyError, IndexError, ValueError, TypeError):
                     pass
+        # A reference means the same wherever the same base URI is in force: the lookup is made once per pair.
+        scope = (self.base if self.is_synthetic(ptr) else self.base_at(ptr), ref)
+        known = self._resolved.get(scope)
+        if known is not None:
+            return known
         try:
             resolved = self.resolver_at(ptr).lookup(ref)
         except self.unresolvable as exc:
@@ -320,7 +330,8 @@ class _Document:
             ) from None
         contents = resolved.contents
         if isinstance(contents, Mapping) and id(contents) in self.ptr_of:
-            return self.ptr_of[id(contents)]
+            target = self._resolved[scope] = self.ptr_of[id(contents)]
+            return target
         if isinstance(contents, bool):
             doc, _, fragment = ref.partition("#")
             try:

@@ -261,6 +261,19 @@ CASES = [
         },
         [{"x": 1, "y": "s"}, {"x": "s"}, {"y": 1}],
     ),
+    (  # one relative reference, two base URIs: each resolves where it stands (and again to the same place)
+        {
+            "$id": "http://example.com/root.json",
+            "properties": {
+                "p": {"$id": "one/", "$defs": {"i": {"$id": "item.json", "type": "integer"}}, "$ref": "item.json"},
+                "q": {"$id": "two/", "$defs": {"i": {"$id": "item.json", "type": "string"}}, "$ref": "item.json"},
+                "r": {"$ref": "one/item.json"},
+                "s": {"$ref": "two/item.json"},
+                "t": {"items": {"$ref": "one/item.json"}},
+            },
+        },
+        [{"p": 1, "q": "s", "r": 2, "s": "t", "t": [3]}, {"p": "s"}, {"q": 1}, {"r": "s"}, {"s": 1}, {"t": ["a"]}],
+    ),
     (
         {
             "$schema": "http://json-schema.org/draft-07/schema#",
