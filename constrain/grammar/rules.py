@@ -130,7 +130,16 @@ def _nfa_bound(expr: Expr, memo: dict[int, int]) -> int:
             copies = expr.min + 1 if expr.max is None else expr.max
             found = copies * (_nfa_bound(expr.item, memo) + 2) + 2
         else:
-            found = sum(_nfa_bound(item, memo) for item in expr.items) + 1
+            found = 1
+            for item in expr.items:  # calls and literals, most items, counted here rather than by a call each
+                item_kind = type(item)
+                if item_kind is Ref:
+                    found += 1
+                elif item_kind is Literal:
+                    value = item.value
+                    found += (len(value.encode()) if isinstance(value, str) else len(value)) + 1
+                else:
+                    found += _nfa_bound(item, memo)
         memo[id(expr)] = found
     return found
 

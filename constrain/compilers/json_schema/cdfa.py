@@ -97,6 +97,11 @@ class _CDFA:
     def n(self) -> int:
         return len(self._accept) if self._accept is not None else int(self._flat[4].shape[0])
 
+    @property
+    def num_edges(self) -> int:
+        """Its edges, counted without writing out the lists of a result that holds only flat arrays."""
+        return sum(map(len, self._edges)) if self._edges is not None else int(self._flat[0][-1])
+
     @staticmethod
     def empty() -> _CDFA:
         return _CDFA([[]], [False])

@@ -45,8 +45,9 @@ def _format_cdfa(name: str) -> _CDFA:
 
 
 def _cdfa_bytes(d: _CDFA | None) -> int:
-    """About what a code-point automaton holds (lists of tuples, ~100 bytes an edge or state), for the memos."""
-    return 64 if d is None else 100 * (d.n + sum(map(len, d.edges)))
+    """About what a code-point automaton holds once its lists of tuples are written out (~100 bytes an edge or
+    state), for the memos; counted from its flat arrays, so that memoising a result does not write them out."""
+    return 64 if d is None else 100 * (d.n + d.num_edges)
 
 
 @memoized(AUTOMATON_CACHE_BYTES, lambda dfa, names: dfa.nbytes + sum(map(len, names)))
