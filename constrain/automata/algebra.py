@@ -106,14 +106,14 @@ def _product_dfa(a: ByteDFA, b: ByteDFA, mode: int, max_states: int) -> ByteDFA:
     check_deadline()
     # The byte classes of the pair: bytes that lead every state of both automata to the same place.
     reps, class_of = column_classes(np.ascontiguousarray(np.vstack([a.trans, b.trans])))
-    ka = np.ascontiguousarray(a.trans[:, reps])
-    kb = np.ascontiguousarray(b.trans[:, reps])
+    ka = np.take(a.trans, reps, axis=1)
+    kb = np.take(b.trans, reps, axis=1)
     table, accepting, status = _product(ka, a.accepting, kb, b.accepting, mode, max_states)
     if status:
         raise AutomatonTooLarge(f"the product of two automata needs more than {max_states:,} DFA states")
     check_deadline()
     reduced, out_accepting = _reduce(table, accepting)
-    trans = np.ascontiguousarray(reduced[:, class_of])
+    trans = np.take(reduced, class_of, axis=1)
     return ByteDFA(trans, out_accepting)
 
 

@@ -518,7 +518,7 @@ def _lookaround_dfa(nfa: ByteNFA, start: int, accept: int, looks: list, at_start
         rows.append(row)
         i += 1
     table = np.array(rows, dtype=np.int32).reshape(len(rows), num_classes)
-    trans = np.ascontiguousarray(table[:, class_of])
+    trans = np.take(table, class_of, axis=1)
     return ByteDFA(trans, np.array(accepts, dtype=np.bool_)).reduced()
 
 

@@ -178,8 +178,8 @@ def _counted_dfa(d: _CDFA, lo: int, hi: int | None, quoted: bool = False) -> Byt
     marker = np.zeros((1, 256), dtype=np.int32)
     marker[0, 0x22] = 1
     reps, class_of = column_classes(np.ascontiguousarray(np.vstack([trans, starts, marker])))
-    ktrans = np.ascontiguousarray(trans[:, reps])
-    kstarts = np.ascontiguousarray(starts[:, reps])
+    ktrans = np.take(trans, reps, axis=1)
+    kstarts = np.take(starts, reps, axis=1)
     table, accepting, status = _count_walk(
         ktrans, kstarts, final, least, most, lo, -1 if hi is None else hi, MAX_COUNTED_STATES
     )
@@ -198,7 +198,7 @@ def _counted_dfa(d: _CDFA, lo: int, hi: int | None, quoted: bool = False) -> Byt
         accepting[-1] = True
         table = closed
     reduced, out_accepting = _reduce(table, accepting)
-    return ByteDFA(np.ascontiguousarray(reduced[:, class_of]), out_accepting)
+    return ByteDFA(np.take(reduced, class_of, axis=1), out_accepting)
 
 
 def _remaining_chars(trans: np.ndarray, starts: np.ndarray, final: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
