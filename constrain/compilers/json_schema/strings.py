@@ -4,7 +4,6 @@ their rules.
 
 from __future__ import annotations
 
-from collections import deque
 from enum import Enum
 from functools import lru_cache
 from typing import NamedTuple
@@ -154,23 +153,8 @@ def _counted_dfa(d: _CDFA, lo: int, hi: int | None, quoted: bool = False) -> Byt
     :data:`MAX_COUNTED_STATES` states before minimising."""
     body = d.encode_json().to_byte_dfa()
     track_next, track_starts = _TRACKER
-    # the reachable (body state, tracker state) pairs, numbered from the start; a pair is coded e * 6 + t
-    index = {0: 0}
-    order = [(0, 0)]
-    rows: list[np.ndarray] = []
-    for e, t in order:
-        row_e = body.trans[e]
-        codes, where = np.unique(np.where(row_e >= 0, row_e * 6 + track_next[t], DEAD), return_inverse=True)
-        ids = np.empty(len(codes), dtype=np.int32)
-        for j, code in enumerate(codes.tolist()):
-            if code >= 0 and code not in index:
-                index[code] = len(order)
-                order.append(divmod(code, 6))
-            ids[j] = index[code] if code >= 0 else DEAD
-        rows.append(ids[where.reshape(-1)])
+    trans, pairs = _pair_walk(body.trans, track_next)
     check_deadline()
-    pairs = np.array(order, dtype=np.int32)
-    trans = np.stack(rows).astype(np.int32)
     starts = np.where(trans >= 0, track_starts[pairs[:, 1]], 0).astype(np.int32)  # (n, 256)
     final = body.accepting[pairs[:, 0]].astype(np.bool_)
     least, most = _remaining_chars(trans, starts, final)
@@ -201,65 +185,127 @@ def _counted_dfa(d: _CDFA, lo: int, hi: int | None, quoted: bool = False) -> Byt
     return ByteDFA(np.take(reduced, class_of, axis=1), out_accepting)
 
 
-def _remaining_chars(trans: np.ndarray, starts: np.ndarray, final: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per pair: the fewest and the most characters a completion to acceptance still reads (-1: none can
-    complete; most -1 too when there is no bound)."""
+@njit(cache=True)
+def _pair_walk(body, track_next):
+    """``(trans, pairs)``: the (body state, tracker state) pairs reachable from (0, 0), numbered breadth first
+    (the new pairs of a row in the order of their codes ``e * 6 + t``), and their transitions (n, 256) over those
+    numbers (-1: none)."""
+    n_body = body.shape[0]
+    number = np.full(n_body * 6, -1, dtype=np.int32)  # by code
+    codes = np.empty(n_body * 6, dtype=np.int32)  # by number
+    trans = np.empty((n_body * 6, 256), dtype=np.int32)
+    fresh = np.empty(256, dtype=np.int32)
+    number[0] = 0
+    codes[0] = 0
+    count = 1
+    head = 0
+    while head < count:
+        e, t = divmod(codes[head], 6)
+        n_fresh = 0
+        for b in range(256):
+            target = body[e, b]
+            if target < 0:
+                continue
+            code = target * 6 + track_next[t, b]
+            if number[code] == -1:
+                number[code] = -2  # met in this row, numbered below
+                fresh[n_fresh] = code
+                n_fresh += 1
+        for code in np.sort(fresh[:n_fresh]):
+            number[code] = count
+            codes[count] = code
+            count += 1
+        for b in range(256):
+            target = body[e, b]
+            trans[head, b] = -1 if target < 0 else number[target * 6 + track_next[t, b]]
+        head += 1
+    pairs = np.empty((count, 2), dtype=np.int32)
+    for i in range(count):
+        pairs[i, 0], pairs[i, 1] = divmod(codes[i], 6)
+    return trans[:count].copy(), pairs
+
+
+@njit(cache=True)
+def _remaining_chars(trans, starts, final):
+    """``(least, most)`` per pair: the fewest and the most characters a completion to acceptance still reads
+    (-1: none can complete; ``most`` -1 too when there is no bound). ``least`` by a 0-1 breadth-first search
+    backwards from the accepting pairs; ``most`` by peeling the completing pairs from the accepting ends
+    backwards (Kahn's order): a pair never peeled reaches a cycle, so its count is unbounded. Two bytes from one
+    pair to another that differ in weight count with the larger."""
     n = trans.shape[0]
-    src, byte = np.nonzero(trans >= 0)
-    dst = trans[src, byte]
-    weight = starts[src, byte]
-    edges: dict[int, list[tuple[int, int]]] = {}  # into each pair: (from, weight)
-    for a, b, w in zip(src.tolist(), dst.tolist(), weight.tolist()):
-        edges.setdefault(b, []).append((a, w))
+    # the edges backwards, grouped by their target: (source, weight)
+    into = np.zeros(n + 1, dtype=np.int64)
+    for a in range(n):
+        for b in range(256):
+            if trans[a, b] >= 0:
+                into[trans[a, b] + 1] += 1
+    for i in range(n):
+        into[i + 1] += into[i]
+    fill = into[:-1].copy()
+    source = np.empty(into[n], dtype=np.int32)
+    weight = np.empty(into[n], dtype=np.int32)
+    for a in range(n):
+        for b in range(256):
+            c = trans[a, b]
+            if c >= 0:
+                source[fill[c]] = a
+                weight[fill[c]] = starts[a, b]
+                fill[c] += 1
     least = np.full(n, -1, dtype=np.int64)
-    # 0-1 breadth first search backwards from the accepting pairs
-    frontier = deque(np.flatnonzero(final).tolist())
-    for s in frontier:
-        least[s] = 0
-    while frontier:
-        b = frontier.popleft()
-        for a, w in edges.get(b, ()):
-            if least[a] < 0 or least[b] + w < least[a]:
-                least[a] = least[b] + w
+    size = into[n] + n + 1  # a pair enters the deque once per edge that lowers it, or as an accepting pair
+    queue = np.empty(size, dtype=np.int32)
+    head = 0
+    tail = 0
+    for s in range(n):
+        if final[s]:
+            least[s] = 0
+            queue[tail] = s
+            tail += 1
+    while head != tail:
+        c = queue[head]
+        head = (head + 1) % size
+        for k in range(into[c], into[c + 1]):
+            a = source[k]
+            w = weight[k]
+            if least[a] < 0 or least[c] + w < least[a]:
+                least[a] = least[c] + w
                 if w:
-                    frontier.append(a)
+                    queue[tail] = a
+                    tail = (tail + 1) % size
                 else:
-                    frontier.appendleft(a)
-    live = least >= 0
-    # the most: unbounded from any pair that reaches a cycle among live pairs; else the longest path
-    succ: dict[int, set[int]] = {}
-    for a, b in zip(src.tolist(), dst.tolist()):
-        if live[a] and live[b]:
-            succ.setdefault(a, set()).add(b)
-    most = np.full(n, -2, dtype=np.int64)  # -2 unknown, -3 on the stack
-    weights = {(a, b): w for a, b, w in zip(src.tolist(), dst.tolist(), weight.tolist())}
-    for root in np.flatnonzero(live).tolist():
-        if most[root] != -2:
-            continue
-        stack = [(root, iter(succ.get(root, ())))]
-        most[root] = -3
-        while stack:
-            s, it = stack[-1]
-            child = next(it, None)
-            if child is None:
-                stack.pop()
-                best = 0 if final[s] else -4
-                unbounded = False
-                for c in succ.get(s, ()):
-                    if most[c] == -1:
-                        unbounded = True
-                    elif most[c] >= 0:
-                        best = max(best, most[c] + weights[(s, c)])
-                most[s] = -1 if unbounded else best
-                continue
-            if most[child] == -3:  # a cycle: every pair on the stack is unbounded
-                for t, _ in stack:
-                    most[t] = -1
-                continue
-            if most[child] == -2:
-                most[child] = -3
-                stack.append((child, iter(succ.get(child, ()))))
-    most[~live] = -1
+                    head = head - 1 if head > 0 else size - 1
+                    queue[head] = a
+    # most: a completing pair is peeled once every edge out of it to a completing pair leads to a peeled one
+    most = np.full(n, -1, dtype=np.int64)
+    waiting = np.zeros(n, dtype=np.int64)
+    for a in range(n):
+        if least[a] >= 0:
+            for b in range(256):
+                c = trans[a, b]
+                if c >= 0 and least[c] >= 0:
+                    waiting[a] += 1
+    ready = np.empty(n, dtype=np.int32)
+    top = 0
+    for a in range(n):
+        if least[a] >= 0 and waiting[a] == 0:
+            ready[top] = a
+            top += 1
+    while top:
+        top -= 1
+        s = ready[top]
+        best = 0 if final[s] else -1
+        for b in range(256):
+            c = trans[s, b]
+            if c >= 0 and least[c] >= 0:
+                best = max(best, most[c] + starts[s, b])
+        most[s] = best
+        for k in range(into[s], into[s + 1]):
+            a = source[k]
+            if least[a] >= 0:
+                waiting[a] -= 1
+                if waiting[a] == 0:
+                    ready[top] = a
+                    top += 1
     return least, most
 
 
