@@ -119,6 +119,43 @@ class ByteNFA:
         for a, lo, hi, b in edges:
             self._bytes += (src if a < 0 else base + a, lo, hi, dst if b < 0 else base + b)
 
+    def mark(self) -> tuple[int, int, int, int, int]:
+        """Where the construction stands: its states and the lengths of its edge lists (see :meth:`replicate`)."""
+        return self.size, len(self._bytes), len(self._epsilon), len(self._markers), len(self._calls)
+
+    def markers_since(self, mark: tuple[int, int, int, int, int]) -> bool:
+        """Whether marker or call edges were added since ``mark``."""
+        return len(self._markers) != mark[3] or len(self._calls) != mark[4]
+
+    def replicate(self, mark: tuple[int, int, int, int, int], src: int, dst: int, pairs: list[tuple[int, int]]) -> None:
+        """Copy the fragment built since ``mark`` from ``src`` to ``dst`` (its byte and epsilon edges, which join
+        ``src``, ``dst`` and the states made since ``mark``) between each ``(src, dst)`` of ``pairs``, each copy
+        with states of its own. The fragment may have no marker or call edges."""
+        size, num_bytes, num_epsilon = mark[:3]
+        if self.markers_since(mark):
+            raise ValueError("replicate copies byte and epsilon edges only")
+        inner = self.size - size
+        if self.size + inner * len(pairs) > MAX_NFA_STATES:
+            raise AutomatonTooLarge(f"the automaton needs more than {MAX_NFA_STATES:,} NFA states")
+        ends = np.array(pairs, dtype=np.int64)
+        starts, stops = ends[:, :1], ends[:, 1:]
+        offsets = self.size - size + inner * np.arange(len(pairs), dtype=np.int64)[:, None]
+
+        def moved(states: np.ndarray) -> np.ndarray:  # (edges,) -> (copies, edges)
+            return np.where(states == src, starts, np.where(states == dst, stops, states + offsets))
+
+        edges = np.array(self._bytes[num_bytes:], dtype=np.int64).reshape(-1, 4)
+        copied = np.empty((len(pairs), len(edges), 4), dtype=np.int64)
+        copied[:, :, 0], copied[:, :, 3] = moved(edges[:, 0]), moved(edges[:, 3])
+        copied[:, :, 1], copied[:, :, 2] = edges[:, 1], edges[:, 2]
+        self._bytes += copied.ravel().tolist()
+        edges = np.array(self._epsilon[num_epsilon:], dtype=np.int64).reshape(-1, 2)
+        copied = np.empty((len(pairs), len(edges), 2), dtype=np.int64)
+        copied[:, :, 0], copied[:, :, 1] = moved(edges[:, 0]), moved(edges[:, 1])
+        self._epsilon += copied.ravel().tolist()
+        self.size += inner * len(pairs)
+        check_deadline()
+
     def determinize(self, start: int, accept: int, *, work_per_slice: int | None = None) -> ByteDFA:
         """Subset construction to a trimmed, minimised :class:`ByteDFA`.
 

@@ -601,27 +601,46 @@ class _Builder:
             raise RegexError(f"unsupported construct {type(node).__name__}", self.pattern)
 
     def _repeat(self, node: _Repeated, src: int, dst: int, flags: REFlags) -> None:
+        """``node.base`` between ``node.min`` and ``node.max`` times: a chain of copies, the last ``max - min`` of
+        them optional, or a loop after ``min`` copies when unbounded. The copies are built once and replicated
+        (:meth:`_copies`)."""
         lo, hi = node.min, node.max
         nfa = self.nfa
+        pairs = []  # the ends of each copy
         state = src
-        for _ in range(lo):
+        for i in range(lo if hi is None else hi):
             nxt = nfa.new_state()
-            self.build(node.base, state, nxt, flags)
+            if i >= lo:
+                nfa.add_epsilon(state, dst)
+            pairs.append((state, nxt))
             state = nxt
         if hi is None:
             loop = nfa.new_state()
             nfa.add_epsilon(state, loop)
             body_end = nfa.new_state()
-            self.build(node.base, loop, body_end, flags)
+            pairs.append((loop, body_end))
             nfa.add_epsilon(body_end, loop)
             nfa.add_epsilon(loop, dst)
-            return
-        for _ in range(hi - lo):
-            nxt = nfa.new_state()
+        else:
             nfa.add_epsilon(state, dst)
-            self.build(node.base, state, nxt, flags)
-            state = nxt
-        nfa.add_epsilon(state, dst)
+        self._copies(node.base, pairs, flags)
+
+    def _copies(self, node, pairs: list[tuple[int, int]], flags: REFlags) -> None:
+        """``node`` built between the two states of each pair: once, then copied edge for edge with its own states
+        renumbered (:meth:`~constrain.automata.nfa.ByteNFA.replicate`), a counted repetition's copies costing an
+        array operation rather than a walk of the parse tree each. A copy holding an anchor or a lookahead is
+        built again instead: each lookahead has an index of its own."""
+        if not pairs:
+            return
+        nfa = self.nfa
+        mark = nfa.mark()
+        looks = len(self.looks) if self.looks is not None else 0
+        self.build(node, *pairs[0], flags)
+        if nfa.markers_since(mark) or (self.looks is not None and len(self.looks) != looks):
+            for src, dst in pairs[1:]:
+                self.build(node, src, dst, flags)
+        elif len(pairs) > 1:
+            nfa.replicate(mark, *pairs[0], pairs[1:])
 
     def _literal(self, encoded: bytes, src: int, dst: int) -> None:
         state = src

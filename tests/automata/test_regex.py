@@ -9,7 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from constrain.automata.regex import regex_to_dfa
+from constrain.automata.algebra import equivalent
+from constrain.automata.nfa import ByteNFA
+from constrain.automata.regex import regex_to_dfa, search_dfa
 from constrain.errors import RegexError
 
 # -- semantics against re ----------------------------------------------------------------------------------------
@@ -165,3 +167,36 @@ def test_all_short_strings_over_small_alphabet():
                     pattern,
                     text,
                 )
+
+
+@pytest.mark.parametrize(
+    "counted,written_out",
+    [
+        ("(ab|c){2,4}", "(ab|c)(ab|c)(?:(ab|c)(ab|c)?)?"),
+        ("[a-zé]{3}x{0,2}", "[a-zé][a-zé][a-zé](?:xx?)?"),
+        ("(?:x(?:y{2}|z){1,2}){2}", "x(?:yy|z)(?:yy|z)?x(?:yy|z)(?:yy|z)?"),
+        ("(a|b{2}){2,}", "(a|bb)(a|bb)(a|bb)*"),
+        ("(?:[0-9]{1,2}\\.){2}", "[0-9][0-9]?\\.[0-9][0-9]?\\."),
+        ("(^a|b){2}", "(^a|b)(^a|b)"),  # an anchor in the body: each copy built on its own
+    ],
+)
+def test_a_counted_repetition_equals_its_copies_written_out(counted, written_out):
+    assert equivalent(regex_to_dfa(counted), regex_to_dfa(written_out))
+    assert equivalent(search_dfa(counted), search_dfa(written_out))
+
+
+def test_replicated_copies_have_states_of_their_own():
+    nfa = ByteNFA()
+    a, b, c, d, e = (nfa.new_state() for _ in range(5))
+    mark = nfa.mark()
+    middle = nfa.new_state()
+    nfa.add_bytes(a, ord("x"), ord("x"), middle)
+    nfa.add_bytes(middle, ord("y"), ord("y"), b)
+    nfa.add_epsilon(middle, b)
+    nfa.replicate(mark, a, b, [(b, c), (d, e)])
+    assert nfa.size == 8
+    assert nfa._bytes[8:] == [b, 120, 120, 6, 6, 121, 121, c, d, 120, 120, 7, 7, 121, 121, e]
+    assert nfa._epsilon[2:] == [6, c, 7, e]
+    nfa.add_marker(a, 256, b)
+    with pytest.raises(ValueError):
+        nfa.replicate(mark, a, b, [(b, c)])
