@@ -187,7 +187,7 @@ class _Compiler(_Combinators, _EnumRules, _NumberRules, _StringRules, _ArrayRule
                 added.extend(_Part(f"{part.ptr}/allOf/{i}") for i in range(len(node["allOf"])))
             for child in added:
                 parent.setdefault(child, part)
-            part = part._replace(skip=frozenset(skip))
+            part = _Part(part.ptr, frozenset(skip), part.neg)
             work.extend(added)
             if not self.live_keys(part):
                 continue

@@ -242,23 +242,27 @@ class _Document:
     # -- nodes -----------------------------------------------------------------------------------------------
 
     def node(self, ptr: str) -> Any:
-        hit = self.nodes.get(ptr, self)
+        """The (sub)schema at ``ptr`` (KeyError when there is none): read from the nearest pointer above it already
+        known (a synthetic node's own pointer is one), keeping each node on the way."""
+        nodes = self.nodes
+        hit = nodes.get(ptr, self)
         if hit is not self:
             return hit
-        root_ptr, node = "", self.schema
-        if "/~s" in ptr:  # under a synthetic node (each is named origin/~sN)
-            for key in self.synthetic:
-                if ptr.startswith(key + "/") and len(key) > len(root_ptr):
-                    root_ptr, node = key, self.synthetic[key]
-        for token in ptr[len(root_ptr) :].split("/")[1:]:
-            token = token.replace("~1", "/").replace("~0", "~")
+        missing = [ptr]
+        above = ptr.rpartition("/")[0]
+        while above not in nodes:  # "" always is
+            missing.append(above)
+            above = above.rpartition("/")[0]
+        node = nodes[above]
+        for at in reversed(missing):
+            token = at.rpartition("/")[2].replace("~1", "/").replace("~0", "~")
             if isinstance(node, Mapping):
                 node = node[token]
             elif isinstance(node, list):
                 node = node[int(token)]
             else:
                 raise KeyError(ptr)
-        self.nodes[ptr] = node
+            nodes[at] = node
         return node
 
     def add_synthetic(self, origin: str, node: Mapping) -> str:
@@ -286,11 +290,17 @@ class _Document:
             above = above.rpartition("/")[0]
         base = self.bases[above]
         for at in reversed(below):
-            rid = self.spec.create_resource(self.node(at)).id()
+            rid = self.id_of(self.node(at))
             if rid:
                 base = urljoin(base, rid)
             self.bases[at] = base
         return base
+
+    def id_of(self, node: Any) -> str | None:
+        """The id ``node`` declares in the root's draft, as referencing's ``Resource.id`` reads it (without making a
+        resource: this is asked of every pointer a reference stands at)."""
+        found = self.spec.id_of(node)
+        return found.rstrip("#") if found is not None else None
 
     def resolver_at(self, ptr: str):
         if self.is_synthetic(ptr):
@@ -359,7 +369,7 @@ class _Document:
             key = token.replace("~1", "/").replace("~0", "~")
             node = node[int(key)] if isinstance(node, list) else node[key]
             walked += "/" + token
-            if self.spec.create_resource(node).id():
+            if self.id_of(node):
                 best = walked
         return best
 
