@@ -162,8 +162,8 @@ class _Document:
         self.draft = cls.__name__.replace("Validator", "")
         self.legacy = cls.__name__ in ("Draft3Validator", "Draft4Validator", "Draft6Validator", "Draft7Validator")
         self.draft4 = cls.__name__ in ("Draft3Validator", "Draft4Validator")
-        embedded: list[tuple[Mapping, str]] = []
-        self._embedded = embedded
+        #: The subschemas with a ``$schema`` of their own met by the crawl, with the dialect around each.
+        self._embedded: list[tuple[Mapping, str]] = []
         self._dialects = {spec.name: spec for spec in dialects.values()}
         self._specs: dict[str, Any] = {}
         self.spec = self.specification(dialects.get(cls.__name__, rj.DRAFT202012).name)
@@ -174,13 +174,8 @@ class _Document:
         self.bases: dict[str, str] = {"": self.base}
         #: The pointer each reference resolves to, by (base URI in force, reference): see :meth:`resolve`.
         self._resolved: dict[tuple[str, str], str] = {}
-        if self.names_resources:
-            self.registry = self._crawl(embedded)
-        else:  # JSON pointers into the root are all its $refs can name: no crawl needed
-            self.registry = referencing.Registry().with_resource(self.base, self.spec.create_resource(schema))
-        self.root_resolver = self.registry.resolver(self.base)
         self.unresolvable = referencing.exceptions.Unresolvable
-        self.resolvers: dict[str, Any] = {"": self.root_resolver}
+        self.resolvers: dict[str, Any] = {}
         #: The pointer of each synthetic node by (origin, its JSON text): one node per meaning and origin.
         self._synthetic_at: dict[tuple[str, str], str] = {}
         self._validator = None
@@ -197,6 +192,21 @@ class _Document:
         if spec is None:
             spec = self._specs[name] = _total_specification(self._dialects[name], self._embedded)
         return spec
+
+    @cached_property
+    def registry(self) -> Any:
+        """The registry of the document's resources and anchors, made when a reference or a validation first needs
+        it: a reference that is a JSON pointer into the root resource is read without it (:meth:`resolve`)."""
+        import referencing
+
+        if self.names_resources:
+            return self._crawl(self._embedded)
+        # JSON pointers into the root are all its references can name: no crawl needed
+        return referencing.Registry().with_resource(self.base, self.spec.create_resource(self.schema))
+
+    @cached_property
+    def root_resolver(self) -> Any:
+        return self.registry.resolver(self.base)
 
     def _crawl(self, embedded: list[tuple[Mapping, str]]) -> Any:
         """The registry of the document's resources and anchors (what ``$ref`` URIs name).
@@ -303,7 +313,7 @@ class _Document:
         return found.rstrip("#") if found is not None else None
 
     def resolver_at(self, ptr: str):
-        if self.is_synthetic(ptr):
+        if ptr == "" or self.is_synthetic(ptr):
             return self.root_resolver
         hit = self.resolvers.get(ptr)
         if hit is None:
@@ -315,9 +325,11 @@ class _Document:
         where = f"{ptr}/{keyword}"
         if not isinstance(ref, str):
             raise JsonSchemaError("a reference must be a string", where, keyword)
-        if (ref == "#" or ref.startswith("#/")) and not self.names_resources:
-            # Most references: a JSON pointer into the root, the only resource. Read directly (referencing's
-            # lookup costs tens of microseconds); anything unusual is left to it.
+        # the base URI in force: the root's wherever no object below it names a resource
+        base = self.base_at(ptr) if self.names_resources and not self.is_synthetic(ptr) else self.base
+        if (ref == "#" or ref.startswith("#/")) and base == self.base:
+            # Most references: a JSON pointer into the root resource, read directly (referencing's lookup costs
+            # tens of microseconds, and its registry a crawl of the document); anything unusual is left to it.
             target = unquote(ref[1:])
             if _VALUE_KEYWORDS.isdisjoint(target.split("/")):
                 try:
@@ -326,7 +338,7 @@ class _Document:
                 except (KeyError, IndexError, ValueError, TypeError):
                     pass
         # A reference means the same wherever the same base URI is in force: the lookup is made once per pair.
-        scope = (self.base if self.is_synthetic(ptr) else self.base_at(ptr), ref)
+        scope = (base, ref)
         known = self._resolved.get(scope)
         if known is not None:
             return known
@@ -438,7 +450,6 @@ class _Document:
         wherever it appears: each trial conjunction of an exclusive ``oneOf`` checks the same enum values against
         the same negated branches again), and per schema text for parts without references (see
         :meth:`standalone`)."""
-        validator = self.validator()
         instance = json.dumps(value, sort_keys=True)
         for part in parts:
             standalone = self.standalone(part)
@@ -452,7 +463,7 @@ class _Document:
                     verdict = _plain_verdict(self.node(part.ptr), value, self.cls.VALIDATORS, self.draft4, self.node)
                 if verdict is None:
                     schema = self.validation_schema(part) if standalone is None else standalone[0]
-                    verdict = validator.evolve(schema=schema).is_valid(value)
+                    verdict = self.validator().evolve(schema=schema).is_valid(value)  # its registry made now
                 self._verdicts[key] = verdict
             if not verdict:
                 return False

@@ -374,6 +374,24 @@ def test_a_document_crawled_for_resources_only_when_an_object_below_the_root_may
     assert _names_resources({"$comment": "not plain JSON", "x": {1, 2}, **schema}) is names  # walked
 
 
+def test_a_document_with_ids_is_crawled_only_when_a_reference_or_a_validation_needs_it():
+    """References that are JSON pointers into the root resource, and enum values checked without jsonschema,
+    need no registry; a reference by id, or a check only jsonschema can make, crawls the document then."""
+    from constrain.compilers.json_schema.compiler import _Compiler
+
+    defs = {"a": {"$id": "http://x/a.json", "type": "integer"}, "c": {"enum": ["x", "y"], "type": "string"}}
+    by_pointer = {"$defs": defs, "properties": {"p": {"$ref": "#/$defs/a"}, "q": {"$ref": "#/$defs/c"}}}
+    by_id = {"$defs": defs, "properties": {"p": {"$ref": "http://x/a.json"}}}
+    by_validation = {"$defs": defs, "properties": {"q": {"enum": ["x", 1], "pattern": "^x"}}}
+    for schema, crawled in ((by_pointer, False), (by_id, True), (by_validation, True)):
+        compiler = _Compiler(schema, True, "compact", True, 20)
+        compiler.compile()
+        assert compiler.doc.names_resources
+        assert ("registry" in compiler.doc.__dict__) is crawled
+    check(by_pointer, [{"p": 1, "q": "y"}, {"p": "x"}, {"q": "z"}])
+    check(by_id, [{"p": 1}, {"p": "x"}])
+
+
 def test_draft04_ids_resolve_where_referencing_expects_string_ids():
     """referencing reads a draft-04 ``id`` as the string of a JSON object. A JSON pointer walked through ``items``
     asked for the ``id`` of a ``properties`` object, here a property's schema (the enum, checked by jsonschema
