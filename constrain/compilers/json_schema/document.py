@@ -114,6 +114,20 @@ def _total_specification(spec: Any, embedded: list[tuple[Mapping, str]]) -> Any:
     )
 
 
+def _from_nearest(known: dict[str, Any], ptr: str, step: Callable[[Any, str], Any]) -> Any:
+    """``known[ptr]`` for a JSON pointer: from the nearest pointer above it in ``known`` (``""`` must be), each
+    pointer on the way down gets ``step(value above it, pointer)`` and is kept."""
+    missing = [ptr]
+    above = ptr.rpartition("/")[0]
+    while above not in known:
+        missing.append(above)
+        above = above.rpartition("/")[0]
+    value = known[above]
+    for at in reversed(missing):
+        value = known[at] = step(value, at)
+    return value
+
+
 class _Document:
     def __init__(self, schema: Any):
         import jsonschema
@@ -167,7 +181,7 @@ class _Document:
         self._dialects = {spec.name: spec for spec in dialects.values()}
         self._specs: dict[str, Any] = {}
         self.spec = self.specification(dialects.get(cls.__name__, rj.DRAFT202012).name)
-        self.base = self.spec.create_resource(schema).id() or ""
+        self.base = self.id_of(schema) or ""
         self.names_resources = _names_resources(schema)
         self.nodes: dict[str, Any] = {"": schema}
         self.synthetic: dict[str, Any] = {}
@@ -254,26 +268,19 @@ class _Document:
     def node(self, ptr: str) -> Any:
         """The (sub)schema at ``ptr`` (KeyError when there is none): read from the nearest pointer above it already
         known (a synthetic node's own pointer is one), keeping each node on the way."""
-        nodes = self.nodes
-        hit = nodes.get(ptr, self)
+        hit = self.nodes.get(ptr, self)
         if hit is not self:
             return hit
-        missing = [ptr]
-        above = ptr.rpartition("/")[0]
-        while above not in nodes:  # "" always is
-            missing.append(above)
-            above = above.rpartition("/")[0]
-        node = nodes[above]
-        for at in reversed(missing):
+
+        def child(node: Any, at: str) -> Any:
             token = at.rpartition("/")[2].replace("~1", "/").replace("~0", "~")
             if isinstance(node, Mapping):
-                node = node[token]
-            elif isinstance(node, list):
-                node = node[int(token)]
-            else:
-                raise KeyError(ptr)
-            nodes[at] = node
-        return node
+                return node[token]
+            if isinstance(node, list):
+                return node[int(token)]
+            raise KeyError(ptr)
+
+        return _from_nearest(self.nodes, ptr, child)
 
     def add_synthetic(self, origin: str, node: Mapping) -> str:
         key = (origin, json.dumps(node, sort_keys=True))
@@ -293,18 +300,12 @@ class _Document:
         hit = self.bases.get(ptr)
         if hit is not None:
             return hit
-        below = [ptr]
-        above = ptr.rpartition("/")[0]
-        while above not in self.bases:
-            below.append(above)
-            above = above.rpartition("/")[0]
-        base = self.bases[above]
-        for at in reversed(below):
+
+        def within(base: str, at: str) -> str:
             rid = self.id_of(self.node(at))
-            if rid:
-                base = urljoin(base, rid)
-            self.bases[at] = base
-        return base
+            return urljoin(base, rid) if rid else base
+
+        return _from_nearest(self.bases, ptr, within)
 
     def id_of(self, node: Any) -> str | None:
         """The id ``node`` declares in the root's draft, as referencing's ``Resource.id`` reads it (without making a
