@@ -628,15 +628,14 @@ class _Builder:
     def _copies(self, node, pairs: list[tuple[int, int]], flags: REFlags) -> None:
         """``node`` built between the two states of each pair: once, then copied edge for edge with its own states
         renumbered (:meth:`~constrain.automata.nfa.ByteNFA.replicate`), a counted repetition's copies costing an
-        array operation rather than a walk of the parse tree each. A copy holding an anchor or a lookahead is
-        built again instead: each lookahead has an index of its own."""
+        array operation rather than a walk of the parse tree each. A copy holding an anchor or a lookahead (both
+        marker edges) is built again instead: each lookahead has an index of its own."""
         if not pairs:
             return
         nfa = self.nfa
         mark = nfa.mark()
-        looks = len(self.looks) if self.looks is not None else 0
         self.build(node, *pairs[0], flags)
-        if nfa.markers_since(mark) or (self.looks is not None and len(self.looks) != looks):
+        if nfa.markers_since(mark):
             for src, dst in pairs[1:]:
                 self.build(node, src, dst, flags)
         elif len(pairs) > 1:
