@@ -88,7 +88,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "maskbench-dev.jsonl.gz"
-ENGINES = ("constrain", "llguidance", "xgrammar", "outlines")
+ENGINES = ("constrain", "constrain-any-order", "llguidance", "xgrammar", "outlines")
 ENGINE_ALIASES = {"outlines-core": "outlines", "outlines_core": "outlines", "llg": "llguidance", "xgr": "xgrammar"}
 EOS_IDS = (1, 106)
 SETUP_TIMEOUT_S = 600.0
@@ -274,8 +274,11 @@ class ConstrainEngine(Engine):
         self.vocab = vocab
         self.version = _version("constrain")
 
+    #: ``compile_json_schema`` options this engine passes.
+    options: dict[str, Any] = {}
+
     def compile(self, schema):
-        return self._compile(schema, self.vocab)
+        return self._compile(schema, self.vocab, **self.options)
 
     def matcher(self, compiled):
         return compiled.matcher()
@@ -289,6 +292,13 @@ class ConstrainEngine(Engine):
         except self._token_error:
             return False
         return True
+
+
+class ConstrainAnyOrderEngine(ConstrainEngine):
+    """constrain with ``property_order="any"``: an object's properties in any order."""
+
+    name = "constrain-any-order"
+    options = {"property_order": "any"}
 
 
 class LLGuidanceEngine(Engine):
@@ -422,6 +432,7 @@ class DebugEngine(Engine):
 
 ENGINE_CLASSES: dict[str, type[Engine]] = {
     "constrain": ConstrainEngine,
+    "constrain-any-order": ConstrainAnyOrderEngine,
     "llguidance": LLGuidanceEngine,
     "xgrammar": XGrammarEngine,
     "outlines": OutlinesEngine,

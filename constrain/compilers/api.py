@@ -36,6 +36,7 @@ from constrain.vocab.vocabulary import Vocabulary
 
 Kind = Literal["auto", "regex", "json_schema", "pydantic", "lark", "gbnf", "choices", "grammar"]
 Whitespace = Literal["compact", "flexible", "indent"]
+PropertyOrder = Literal["declared", "any"]
 
 #: Most compiled structures :func:`compile` keeps. The cache is bounded in the bytes of their automata
 #: (:data:`~constrain.automata.limits.COMPILE_CACHE_BYTES`, least recently used first out), a structure counting
@@ -64,6 +65,7 @@ def compile(  # noqa: A001 - the package's entry point, read as constrain.compil
     whitespace: Whitespace | None = None,
     max_whitespace: int | None = None,
     additional_properties_default: bool | None = None,
+    property_order: PropertyOrder | None = None,
     start: str | None = None,
     time_limit: float | None = DEFAULT_TIME_LIMIT,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
@@ -75,7 +77,8 @@ def compile(  # noqa: A001 - the package's entry point, read as constrain.compil
     ``"gbnf"`` or ``"json_schema"``). ``strict`` (default): a JSON Schema or Pydantic keyword that cannot be honoured
     exactly is refused with its JSON pointer; ``strict=False`` relaxes it, lists it in ``structure.relaxations``
     and warns (:class:`RelaxationWarning`) when it compiles anew. ``whitespace`` (``"compact"``, ``"flexible"``,
-    ``"indent"``), ``max_whitespace`` and ``additional_properties_default`` apply to JSON Schema and Pydantic;
+    ``"indent"``), ``max_whitespace``, ``additional_properties_default`` and ``property_order`` (``"declared"``,
+    the default: properties in the order of the schema; ``"any"``: in any order) apply to JSON Schema and Pydantic;
     ``start`` names a grammar's start rule (Lark: ``"start"``, GBNF: ``"root"``). ``time_limit`` bounds the compile
     in CPU seconds (None: no bound). ``cache_bytes`` bounds the structure's mask cache. ``cache=False`` neither
     reads nor fills the compile cache.
@@ -93,6 +96,7 @@ def compile(  # noqa: A001 - the package's entry point, read as constrain.compil
         whitespace=whitespace,
         max_whitespace=max_whitespace,
         additional_properties_default=additional_properties_default,
+        property_order=property_order,
         start=start,
     )
     key = _cache_key(spec, kind, options, time_limit, cache_bytes, vocab) if cache else None
@@ -165,8 +169,8 @@ def _kind_of(spec: Any, kind: str) -> str:
 def _options(kind: str, **given: Any) -> dict[str, Any]:
     """The options that apply to ``kind``; one given for another kind is refused rather than ignored."""
     applies = {
-        "json_schema": ("strict", "whitespace", "max_whitespace", "additional_properties_default"),
-        "pydantic": ("strict", "whitespace", "max_whitespace", "additional_properties_default"),
+        "json_schema": ("strict", "whitespace", "max_whitespace", "additional_properties_default", "property_order"),
+        "pydantic": ("strict", "whitespace", "max_whitespace", "additional_properties_default", "property_order"),
         "lark": ("start",),
         "gbnf": ("start",),
     }.get(kind, ())

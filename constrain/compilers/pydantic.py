@@ -112,9 +112,9 @@ def compile_pydantic(
 
     ``options`` are those of :func:`~constrain.compilers.json_schema.compile_json_schema` (``strict``,
     ``whitespace``, ``max_whitespace``, ``additional_properties_default`` (default ``False`` here: closed
-    objects), ``cache_bytes``); ``time_limit`` (CPU seconds, None: no limit) covers writing the schema too.
-    Raises :class:`PydanticSchemaError` for a type pydantic cannot describe or, in strict mode, one it validates
-    more than its schema says; the JSON compiler's refusals propagate as
+    objects), ``property_order``, ``cache_bytes``); ``time_limit`` (CPU seconds, None: no limit) covers writing
+    the schema too. Raises :class:`PydanticSchemaError` for a type pydantic cannot describe or, in strict mode,
+    one it validates more than its schema says; the JSON compiler's refusals propagate as
     :class:`~constrain.compilers.json_schema.JsonSchemaError` with the JSON pointer.
     """
     options.setdefault("additional_properties_default", False)

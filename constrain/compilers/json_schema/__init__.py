@@ -25,7 +25,11 @@ How the output is written
   with bounds, ``multipleOf`` or exclusions in plain decimal notation (no exponent, no ``-0``), where every
   constraint is exact. (``1.0`` is a valid integer that is simply never produced.)
 - Objects: the names of ``properties`` (then names only in ``required``) in that order, each present or absent,
-  then additional properties (keys that are none of those names, when allowed) in any order.
+  then additional properties (keys that are none of those names, when allowed) in any order. With
+  ``property_order="any"``, an object of at most :data:`MAX_ANY_ORDER_PROPERTIES` such names takes them in any
+  order, each at most once, additional properties anywhere among them (its rule keeps a state per set of names
+  read); a larger object, one that counts additional properties against ``minProperties``/``maxProperties``, or
+  one under a negated ``patternProperties``/``propertyNames``/``additionalProperties`` keeps the declared order.
 
 Keywords
 --------
@@ -141,7 +145,7 @@ from constrain.compilers.json_schema.compiler import (
 )
 from constrain.compilers.json_schema.layout import MAX_INDENT_DEPTH
 from constrain.compilers.json_schema.numbers import MAX_ENUMERATED_MULTIPLES, MAX_MODULUS
-from constrain.compilers.json_schema.objects import MAX_PATTERN_PROPERTIES, MAX_WITNESSES
+from constrain.compilers.json_schema.objects import MAX_ANY_ORDER_PROPERTIES, MAX_PATTERN_PROPERTIES, MAX_WITNESSES
 from constrain.compilers.json_schema.strings import (
     LENGTH_BLOCK,
     LENGTH_BLOCK_THRESHOLD,
@@ -153,6 +157,7 @@ from constrain.errors import JsonSchemaError
 
 __all__ = [
     "DEFAULT_TIME_LIMIT",
+    "MAX_ANY_ORDER_PROPERTIES",
     "LENGTH_BLOCK",
     "LENGTH_BLOCK_THRESHOLD",
     "MAX_AUTOMATON_STATES",

@@ -25,7 +25,7 @@ from constrain.compilers.json_schema.keywords import (
 )
 from constrain.compilers.json_schema.layout import _any_value_rules, _Layout, _layout, _shared_body
 from constrain.compilers.json_schema.numbers import _NumberRules
-from constrain.compilers.json_schema.objects import _ObjectRules
+from constrain.compilers.json_schema.objects import MAX_ANY_ORDER_STATES_TOTAL, _ObjectRules
 from constrain.compilers.json_schema.rules import _finalize
 from constrain.compilers.json_schema.strings import _StringRules
 from constrain.errors import ArgumentError, AutomatonTooLarge, GrammarError, JsonSchemaError
@@ -51,7 +51,13 @@ class _Compiler(_Combinators, _EnumRules, _NumberRules, _StringRules, _ArrayRule
     """
 
     def __init__(
-        self, schema: Any, strict: bool, whitespace: str, additional_properties_default: bool, max_whitespace: int
+        self,
+        schema: Any,
+        strict: bool,
+        whitespace: str,
+        additional_properties_default: bool,
+        max_whitespace: int,
+        property_order: str = "declared",
     ):
         self.doc = _Document(schema)
         #: The (sub)schema at a pointer: the document's own method, called tens of thousands of times a compile.
@@ -59,6 +65,10 @@ class _Compiler(_Combinators, _EnumRules, _NumberRules, _StringRules, _ArrayRule
         self.strict = strict
         self.whitespace = whitespace
         self.ap_default = additional_properties_default
+        #: ``property_order="any"``: an object's properties may come in any order (:meth:`members_any_order`).
+        self.any_order = property_order == "any"
+        #: What is left of :data:`~constrain.compilers.json_schema.objects.MAX_ANY_ORDER_STATES_TOTAL`.
+        self.any_order_left = MAX_ANY_ORDER_STATES_TOTAL
         self.max_ws = max_whitespace
         self.rules: dict[str, Expr] = {}
         #: The rules every schema shares (lexical pieces, any JSON value): productive, free of alias cycles and
@@ -427,6 +437,7 @@ def schema_to_grammar(
     whitespace: str = "compact",
     additional_properties_default: bool = True,
     max_whitespace: int = 20,
+    property_order: str = "declared",
     time_limit: float | None = DEFAULT_TIME_LIMIT,
 ) -> tuple[Grammar, list[str]]:
     """Lower a JSON Schema to a grammar; returns ``(grammar, relaxations)``.
@@ -438,15 +449,23 @@ def schema_to_grammar(
     :data:`DEFAULT_TIME_LIMIT`; ``None`` for none) refuses a schema whose compilation runs longer, the guard
     against hostile schemas that no size limit catches. ``additional_properties_default=False`` treats objects that
     declare ``properties`` (and no ``additionalProperties``/``patternProperties``) as closed.
+    ``property_order``: ``"declared"`` writes an object's properties in the order of ``properties`` (then the
+    names only in ``required``), additional ones last; ``"any"`` accepts them in any order, additional ones
+    anywhere, for objects of at most :data:`~constrain.compilers.json_schema.objects.MAX_ANY_ORDER_PROPERTIES`
+    declared properties (a larger one keeps the declared order).
     """
     if whitespace not in ("compact", "flexible", "indent"):
         raise ArgumentError("whitespace", whitespace, "'compact', 'flexible' or 'indent'")
     if not isinstance(max_whitespace, int) or max_whitespace < 0:
         raise ArgumentError("max_whitespace", max_whitespace, "a non-negative int")
+    if property_order not in ("declared", "any"):
+        raise ArgumentError("property_order", property_order, "'declared' or 'any'")
     compiler = None
     try:
         with time_limited(time_limit, "the schema"):
-            compiler = _Compiler(schema, strict, whitespace, additional_properties_default, max_whitespace)
+            compiler = _Compiler(
+                schema, strict, whitespace, additional_properties_default, max_whitespace, property_order
+            )
             grammar = compiler.compile()
     except _TIME_LIMIT as exc:
         where = str(exc) if isinstance(exc, _OutOfTime) else getattr(compiler, "last_pointer", "")
@@ -524,4 +543,11 @@ def _compile_json_schema(schema: Any, vocab, **options):
     return structure
 
 
-_GRAMMAR_OPTIONS = {"strict", "whitespace", "additional_properties_default", "max_whitespace", "time_limit"}
+_GRAMMAR_OPTIONS = {
+    "strict",
+    "whitespace",
+    "additional_properties_default",
+    "max_whitespace",
+    "property_order",
+    "time_limit",
+}

@@ -23,6 +23,15 @@ MAX_PATTERN_PROPERTIES = 4
 #: Members of an object read in place in one rule before the rest is a rule of its own; also the fan-out of the
 #: tree of rules a long object's members are grouped in (:meth:`_ObjectRules.members_from`).
 MEMBER_BLOCK = 16
+#: Most properties an object may declare for ``property_order="any"`` to read them in any order: its rule keeps a
+#: state per set of properties read, up to 2 ** this. A larger object keeps the declared order.
+MAX_ANY_ORDER_PROPERTIES = 8
+#: Most NFA states the members of an object may take under ``property_order="any"`` (each member's name is read
+#: in place once per set of members that may precede it, ``2 ** (n - 1)`` times); a larger one keeps the declared
+#: order.
+MAX_ANY_ORDER_STATES = 4_096
+#: Most such states all the objects of one schema may take: past it, further objects keep the declared order.
+MAX_ANY_ORDER_STATES_TOTAL = 16_384
 
 
 #: Most negated ``patternProperties`` / ``propertyNames`` / ``additionalProperties`` (each needs a member that
@@ -106,6 +115,7 @@ class _ObjectRules:
         names = list(ordered)
         here = sh.object_parts[0].ptr if sh.object_parts else ""
         items: list[tuple[str, Expr, bool]] = []
+        values: dict[str, Expr] = {}
         item_parts: dict[str, list[str]] = {}
         for key in names:
             _check_time(here)
@@ -160,6 +170,7 @@ class _ObjectRules:
                 continue
             # shared: read first or after a comma, a member is built once (see members_plain)
             items.append((key, shared(_then(Literal(_json_string(key)), lay.colon, value)), required))
+            values[key] = value
         extra = None if closed else self.additional_member(sh, infos, names, lay, cd)
         n_req = sum(1 for it in items if it[2])
         max_possible = None if extra is not None else len(items)
@@ -188,13 +199,21 @@ class _ObjectRules:
             if found is not None:
                 at = (sh.witnesses[0].ptr + "/" + sh.witnesses[0].neg[0], "not")
                 return self.bracketed(found[0], found[1], lay.obj_open, lay.obj_close, lay.obj_empty, at)
-        if counting:
+        result = None
+        if (
+            self.any_order
+            and 0 < len(items) <= MAX_ANY_ORDER_PROPERTIES
+            and (len(items) > 1 or extra is not None)
+            and not (counting and extra is not None)
+            and _any_order_states(items, values) <= min(MAX_ANY_ORDER_STATES, self.any_order_left)
+        ):
+            self.any_order_left -= _any_order_states(items, values)
+            result = self.members_any_order(items, values, extra, sh, lay, name)
+        elif counting:
             if extra is not None and not isinstance(extra, Ref):
                 self.rules[f"{name}/additional"] = extra  # one rule, however many counts it may appear at
                 extra = Ref(f"{name}/additional")
             result = self.members_counted(items, extra, sh, lay, name)
-        else:
-            result = None
         if result is None:
             result = self.members_plain(items, extra, lay, name)
         nonempty, empty_ok = result
@@ -700,6 +719,67 @@ class _ObjectRules:
         nonempty = None if not options else options[0] if len(options) == 1 else Alt(tuple(options))
         return nonempty, first_required is None
 
+    def members_any_order(
+        self, items, values: dict[str, Expr], extra, sh: _Shape, lay: _Layout, name: str
+    ) -> tuple[Expr | None, bool]:
+        """The members ``items`` in any order, each at most once, the ``extra`` ones anywhere between them
+        (``property_order="any"``). The rule is in one state per set of members read, so it knows which may still
+        come and whether the required ones are all there. Names are read in place, so the rule alone tells the
+        members apart (calls for whole members would leave one parse open per member after each comma); values
+        other than a call or a literal are rules of their own, read once however many sets precede them. Property
+        counts are the size of the set: the caller keeps the declared order where they must also count extra
+        members."""
+        n = len(items)
+        members = []
+        for i, (key, _, _) in enumerate(items):
+            value = values[key]
+            if type(value) is not Ref and type(value) is not Literal:
+                self.rules[f"{name}/value{i}"] = value
+                value = Ref(f"{name}/value{i}")
+            members.append(_then(Literal(_json_string(key)), lay.colon, value))
+        if extra is not None and not isinstance(extra, Ref):
+            self.rules[f"{name}/additional"] = extra
+            extra = Ref(f"{name}/additional")
+        required = sum(1 << i for i, item in enumerate(items) if item[2])
+        lo = sh.min_props if extra is None else 0
+        hi = n if extra is not None or sh.max_props is None else min(n, sh.max_props)
+        extras = Repeat(Seq((lay.comma, extra))) if extra is not None else None
+        after: dict[int, Expr | None] = {}
+
+        def rest(read: int) -> Expr | None:
+            """What may follow once the members in ``read`` (a bit set) are read; None when nothing completes."""
+            if read in after:
+                return after[read]
+            count = read.bit_count()
+            options: list[Expr] = []
+            if count < hi:
+                for i in range(n):
+                    if not read >> i & 1:
+                        tail = rest(read | 1 << i)
+                        if tail is not None:
+                            options.append(Seq((lay.comma, members[i], tail)))
+            if read & required == required and count >= lo:
+                options.append(Seq(()))
+            found = None
+            if options:
+                body = options[0] if len(options) == 1 else shared(Alt(tuple(options)))
+                found = body if extras is None else shared(Seq((extras, body)))
+            after[read] = found
+            return found
+
+        first: list[Expr] = []
+        if hi > 0:
+            for i in range(n):
+                tail = rest(1 << i)
+                if tail is not None:
+                    first.append(Seq((members[i], tail)))
+        if extra is not None:
+            tail = rest(0)
+            if tail is not None:
+                first.append(Seq((extra, tail)))
+        nonempty = None if not first else first[0] if len(first) == 1 else Alt(tuple(first))
+        return nonempty, required == 0 and lo == 0
+
     def members_after(self, following: list[Expr], tail_extra: Expr | None, name: str, i: int) -> Expr:
         """The members ``following[i:]`` in order, then the extra members: from the next multiple of
         :data:`MEMBER_BLOCK` on, the rest is a rule of its own (:meth:`members_from`), shared by the options
@@ -821,3 +901,13 @@ class _ObjectRules:
         top = [o for o in top if o != Seq(())]
         nonempty = None if not top else top[0] if len(top) == 1 else Alt(tuple(top))
         return nonempty, empty_ok
+
+
+def _any_order_states(items, values: dict[str, Expr]) -> int:
+    """About how many NFA states :meth:`_ObjectRules.members_any_order` makes for ``items``: each member's name
+    (and a literal value) once per set of the other members, a few states for the punctuation and the call."""
+    size = 0
+    for key, _, _ in items:
+        value = values[key]
+        size += len(_json_string(key).encode()) + 4 + (len(str(value.value)) if type(value) is Literal else 0)
+    return size << (len(items) - 1)
