@@ -1155,7 +1155,8 @@ NOTES = [
     "{cache} (when on, it shares rule masks across schemas and returns a repeated schema at once); llguidance with "
     "its default JSON options (it refuses what it cannot enforce, e.g. `oneOf` without `coerce_one_of`, unknown "
     "formats); outlines-core with its default whitespace pattern and recursion depth; constrain with its defaults "
-    "(compact whitespace: the language is exactly the compact text, where the others also allow whitespace).",
+    "(compact whitespace: the language is exactly the compact text, where the others also allow whitespace), "
+    'constrain-any-order with `property_order="any"` besides (an object\'s properties in any order).',
 ]
 
 

@@ -160,6 +160,17 @@ def _():
     return {"anyOf": branches}
 
 
+@_spec_case(
+    "any-order-objects-1000",
+    'JSON Schema object of 1,000 required objects of 6 properties each, property_order="any"',
+    property_order="any",
+)
+def _():
+    inner = {"type": "object", "properties": {name: {"type": "integer"} for name in "abcdef"}}
+    names = [f"o{i}" for i in range(1000)]
+    return {"type": "object", "properties": {n: {**inner, "title": n} for n in names}, "required": names}
+
+
 @_spec_case("nested-properties-5000", "JSON Schema objects nested 5,000 deep")
 def _():
     schema: dict[str, Any] = {"type": "integer"}
