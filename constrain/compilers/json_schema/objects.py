@@ -200,14 +200,15 @@ class _ObjectRules:
                 at = (sh.witnesses[0].ptr + "/" + sh.witnesses[0].neg[0], "not")
                 return self.bracketed(found[0], found[1], lay.obj_open, lay.obj_close, lay.obj_empty, at)
         result = None
-        if (
+        any_order = (
             self.any_order
             and 0 < len(items) <= MAX_ANY_ORDER_PROPERTIES
             and (len(items) > 1 or extra is not None)
             and not (counting and extra is not None)
-            and _any_order_states(items, values) <= min(MAX_ANY_ORDER_STATES, self.any_order_left)
-        ):
-            self.any_order_left -= _any_order_states(items, values)
+        )
+        states = _any_order_states(items, values) if any_order else 0
+        if any_order and states <= min(MAX_ANY_ORDER_STATES, self.any_order_left):
+            self.any_order_left -= states
             result = self.members_any_order(items, values, extra, sh, lay, name)
         elif counting:
             if extra is not None and not isinstance(extra, Ref):
