@@ -15,7 +15,7 @@ from constrain.automata.minimize import _reduce_edges
 
 @njit(cache=True)
 def _determinize_in_one_slice(
-    byte_flat, eps_flat, call_flat, begin, end, n, start, accept, slice_work, max_states, max_members
+    byte_flat, eps_flat, call_flat, begin, end, n, start, accept, slice_work, max_states, max_members, max_cells
 ):
     """The whole of :meth:`ByteNFA.determinize` in one kernel call when the subset construction finishes within
     one slice of work, as it does for almost every rule (each kernel call costs microseconds of dispatch, which
@@ -25,13 +25,13 @@ def _determinize_in_one_slice(
     work = _new_work(16, nfa[11], nfa[12])
     work, done, count, status = _subset_construction(
         start, nfa[0], nfa[1], nfa[2], nfa[3], nfa[4], nfa[5], nfa[6], nfa[7], nfa[8], nfa[9],
-        work, 0, 0, slice_work, max_states, max_members,
+        work, 0, 0, slice_work, max_states, max_members, max_cells,
     )  # fmt: skip
     if status or done != count:
         empty = np.empty((0, 0), dtype=np.int32)
         return status, False, empty, np.empty(0, dtype=np.bool_), empty, np.empty(0, dtype=np.int64)
     trans, accepting, calls, used = _reduced_subsets(work[3], work[4], work[5], count, nfa[10])
-    return status, True, trans, accepting, calls, used
+    return status, True, trans, accepting, calls, nfa[13][used]
 
 
 _NO_PAIRS = np.zeros((0, 2), dtype=np.int32)
@@ -41,7 +41,8 @@ _NO_PAIRS = np.zeros((0, 2), dtype=np.int32)
 def _index_nfa(byte_flat, eps_flat, call_flat, begin, end, n, accept):
     """An NFA's edge lists (flat ``src, lo, hi, dst`` / ``src, dst`` / ``src, rule, dst``) grouped by source, as
     :func:`_subset_construction` reads them: ``(start, byte, epsilon and call (ptr, rows), final, important,
-    class of each byte, number of byte classes, number of rules)``. The start's closure also follows ``begin``
+    class of each byte, number of byte classes, number of rules called, the rules called)``; the call rows name
+    a rule by its place among the rules called. The start's closure also follows ``begin``
     markers; a state is final when epsilons and ``end`` markers reach ``accept``.
 
     Byte edges are read over the NFA's byte classes (the bytes no edge tells apart form one class): a rule reads
@@ -77,11 +78,12 @@ def _index_nfa(byte_flat, eps_flat, call_flat, begin, end, n, accept):
     for s in range(n):
         if byte_ptr[s + 1] > byte_ptr[s] or call_ptr[s + 1] > call_ptr[s]:
             important[s] = True
-    num_rules = 0
+    # the called rules numbered densely: a rule of a large grammar calls a few of its thousands of rules
+    rule_ids = np.unique(call_rows[:, 1]).astype(np.int64)
     for k in range(call_rows.shape[0]):
-        num_rules = max(num_rules, call_rows[k, 1] + 1)
+        call_rows[k, 1] = np.searchsorted(rule_ids, call_rows[k, 1])
     return (start_ptr, start_rows, byte_ptr, byte_rows, eps_ptr, eps_rows, call_ptr, call_rows, final, important,
-            byte_class, num_classes, num_rules)  # fmt: skip
+            byte_class, num_classes, rule_ids.shape[0], rule_ids)  # fmt: skip
 
 
 @njit(cache=True)
@@ -223,9 +225,10 @@ def _close(seeds, num_seeds, ptr, rows, important, stamp, generation, stack, out
 
 
 @njit(cache=True, inline="always")
-def _intern(out, k, work, count, max_states, max_members):
+def _intern(out, k, work, count, max_states, max_members, max_cells):
     """The id of the subset ``out[:k]``, added when new: ``(id, work, count)``; id -2 when past ``max_states``,
-    -3 when the subsets would hold more than ``max_members`` states in all."""
+    -3 when the subsets would hold more than ``max_members`` states in all, -4 when the transition table would
+    pass ``max_cells`` cells."""
     members, offsets, hashes, trans, calls, accepting, table = work
     h = np.uint64(14695981039346656037)
     for j in range(k):
@@ -250,6 +253,8 @@ def _intern(out, k, work, count, max_states, max_members):
         return -3, work, count
     if count == trans.shape[0]:
         capacity = 2 * count
+        if capacity * (trans.shape[1] + calls.shape[1]) > max_cells:
+            return -4, work, count
         grown = np.full((capacity, trans.shape[1]), -1, dtype=np.int32)
         grown[:count] = trans
         trans = grown
@@ -289,26 +294,27 @@ def _intern(out, k, work, count, max_states, max_members):
 
 @njit(cache=True, inline="always")
 def _successor(
-    seeds, num_seeds, eps_ptr, eps_rows, important, stamp, generation, stack, out, work, count, max_states, max_members
-):
+    seeds, num_seeds, eps_ptr, eps_rows, important, stamp, generation, stack, out, work, count, max_states,
+    max_members, max_cells,
+):  # fmt: skip
     """The subset reached through ``seeds`` (its id, -1 when it reads and accepts nothing, -2 or -3 past a limit:
     see :func:`_intern`), the states its closure visited, and the grown ``work`` and ``count``."""
     k, steps = _close(seeds, num_seeds, eps_ptr, eps_rows, important, stamp, generation, stack, out)
     if k == 0:
         return -1, steps, work, count
-    target, work, count = _intern(out, k, work, count, max_states, max_members)
+    target, work, count = _intern(out, k, work, count, max_states, max_members, max_cells)
     return target, steps, work, count
 
 
 @njit(cache=True)
 def _subset_construction(
     start, start_ptr, start_rows, byte_ptr, byte_rows, eps_ptr, eps_rows, call_ptr, call_rows, final, important,
-    work, done, count, slice_work, max_states, max_members,
+    work, done, count, slice_work, max_states, max_members, max_cells,
 ):  # fmt: skip
     """Expand subsets ``done``.. (adding the start subset first when there is none yet) until about
     ``slice_work`` states and edges have been visited: ``(work, done, count, status)``, status 1 when the
     automaton needs more than ``max_states`` states, 2 when its subsets would hold more than ``max_members`` NFA
-    states in all."""
+    states in all, 3 when its transition table would pass ``max_cells`` cells."""
     n = final.shape[0]
     stamp = np.zeros(n, dtype=np.int64)
     stack = np.empty(n, dtype=np.int32)
@@ -330,9 +336,9 @@ def _subset_construction(
         if k == 0:  # nothing can be read or accepted: one dead start state
             work[5][0] = False
             return work, 1, 1, 0
-        first_id, work, count = _intern(out, k, work, count, max_states, max_members)
+        first_id, work, count = _intern(out, k, work, count, max_states, max_members, max_cells)
         if first_id < 0:
-            return work, done, count, 1 if first_id == -2 else 2
+            return work, done, count, -1 - first_id
     visited = 0
     while done < count and visited < slice_work:
         i = done
@@ -387,13 +393,11 @@ def _subset_construction(
             generation += 1
             target, steps, work, count = _successor(
                 seeds, num_seeds, eps_ptr, eps_rows, important, stamp, generation, stack, out, work, count,
-                max_states, max_members,
+                max_states, max_members, max_cells,
             )  # fmt: skip
             visited += num_seeds + steps
-            if target == -2:
-                return work, done, count, 1
-            if target == -3:
-                return work, done, count, 2
+            if target < -1:
+                return work, done, count, -1 - target
             if target >= 0:
                 if g < num_ranges:
                     work[3][i, cuts[g] : cuts[g + 1]] = target

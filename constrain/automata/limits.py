@@ -2,12 +2,13 @@
 
 Hostile input must be refused rather than built: a compile runs under :func:`time_limited` (every compiler's
 ``time_limit=``) and its loops call :func:`check_deadline`; automata past :data:`MAX_NFA_STATES`,
-:data:`MAX_DFA_STATES` or :data:`MAX_SUBSET_MEMBERS` raise :class:`~constrain.errors.AutomatonTooLarge`, and a
-grammar of more than :data:`MAX_GRAMMAR_RULES` rules a :class:`~constrain.errors.GrammarError`. Together they
-bound what one compile builds: a rule's automaton holds at most :data:`MAX_DFA_STATES` rows of 256 int32
-(200 MiB), and its subset construction at most :data:`MAX_SUBSET_MEMBERS` int32 besides. What is kept between
-compiles is bounded in bytes by the ``*_CACHE_BYTES`` budgets below (864 MiB over all the caches, plus, in each,
-at most one entry larger than its whole budget, kept until the next one is put).
+:data:`MAX_DFA_STATES`, :data:`MAX_SUBSET_MEMBERS` or :data:`MAX_TABLE_CELLS` raise
+:class:`~constrain.errors.AutomatonTooLarge`, and a grammar of more than :data:`MAX_GRAMMAR_RULES` rules a
+:class:`~constrain.errors.GrammarError`. Together they bound what one compile builds: a rule's automaton holds at
+most :data:`MAX_DFA_STATES` rows of 256 int32 (200 MiB), and its subset construction at most
+:data:`MAX_SUBSET_MEMBERS` and :data:`MAX_TABLE_CELLS` int32 besides. What is kept between compiles is bounded in
+bytes by the ``*_CACHE_BYTES`` budgets below (864 MiB over all the caches, plus, in each, at most one entry larger
+than its whole budget, kept until the next one is put).
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ MAX_DFA_STATES = 200_000
 #: whose every DFA state stands for thousands of NFA states (an object of thousands of optional properties, nested
 #: counted repetitions) is refused at this bound rather than when it has used gigabytes.
 MAX_SUBSET_MEMBERS = 1 << 26
+#: Cells of the subset construction's transition table (DFA states x (byte classes + rules called), int32 each,
+#: so 256 MiB): a rule that calls thousands of others (an ``anyOf`` of thousands of objects read in place) is
+#: refused at this bound rather than when its table has taken gigabytes and seconds beyond its time limit.
+MAX_TABLE_CELLS = 1 << 26
 #: Rules one grammar may have (Lark, GBNF, JSON Schema, a :class:`~constrain.grammar.ir.Grammar`).
 MAX_GRAMMAR_RULES = 50_000
 

@@ -26,7 +26,13 @@ from constrain.automata.determinize import (
     _subset_construction,
 )
 from constrain.automata.dfa import ByteDFA
-from constrain.automata.limits import MAX_DFA_STATES, MAX_NFA_STATES, MAX_SUBSET_MEMBERS, check_deadline
+from constrain.automata.limits import (
+    MAX_DFA_STATES,
+    MAX_NFA_STATES,
+    MAX_SUBSET_MEMBERS,
+    MAX_TABLE_CELLS,
+    check_deadline,
+)
 from constrain.automata.utf8 import _utf8_paths
 from constrain.errors import AutomatonTooLarge
 
@@ -194,28 +200,35 @@ def determinize_arrays(
     check_deadline()
     status, finished, trans, accepting, calls, used = _determinize_in_one_slice(
         byte_flat, eps_flat, call_flat, begin, end, n, start, accept, work_per_slice, MAX_DFA_STATES,
-        MAX_SUBSET_MEMBERS,
+        MAX_SUBSET_MEMBERS, MAX_TABLE_CELLS,
     )  # fmt: skip
     if not finished and not status:  # a large automaton: again, in slices with the time limit between them
         nfa = _index_nfa(byte_flat, eps_flat, call_flat, begin, end, n, accept)
-        byte_class, num_classes, num_rules = nfa[-3:]
+        byte_class, num_classes, num_rules, rule_ids = nfa[-4:]
         work = _new_work(64, num_classes, num_rules)
         done, count = 0, 0
         while not status:
             check_deadline()
             work, done, count, status = _subset_construction(
-                start, *nfa[:-3], work, done, count, work_per_slice, MAX_DFA_STATES, MAX_SUBSET_MEMBERS
-            )
+                start, *nfa[:-4], work, done, count, work_per_slice, MAX_DFA_STATES, MAX_SUBSET_MEMBERS,
+                MAX_TABLE_CELLS,
+            )  # fmt: skip
             if done == count:
                 break
         if not status:
             trans, accepting, calls, used = _reduced_subsets(work[3], work[4], work[5], count, byte_class)
+            used = rule_ids[used]
     if status == 1:
         raise AutomatonTooLarge(f"the automaton needs more than {MAX_DFA_STATES:,} DFA states")
-    if status:
+    if status == 2:
         raise AutomatonTooLarge(
             f"the automaton's subset construction needs more than {MAX_SUBSET_MEMBERS:,} NFA states in all its "
             "subsets (each DFA state stands for many NFA states)"
+        )
+    if status:
+        raise AutomatonTooLarge(
+            f"the automaton's transition table needs more than {MAX_TABLE_CELLS:,} cells (DFA states x (byte "
+            "classes + rules called))"
         )
     return ByteDFA(trans, accepting, calls, tuple(used.tolist()))
 

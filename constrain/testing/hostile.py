@@ -160,6 +160,14 @@ def _():
     return {"anyOf": branches}
 
 
+@_spec_case("any-of-objects-2000", "JSON Schema anyOf of 2,000 objects of 6 optional properties each")
+def _():
+    branches = [
+        {"type": "object", "properties": {f"{name}{i}": {"type": "integer"} for name in "abcdef"}} for i in range(2000)
+    ]
+    return {"anyOf": branches}
+
+
 @_spec_case(
     "any-order-objects-1000",
     'JSON Schema object of 1,000 required objects of 6 properties each, property_order="any"',
