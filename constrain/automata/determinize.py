@@ -30,8 +30,8 @@ def _determinize_in_one_slice(
     if status or done != count:
         empty = np.empty((0, 0), dtype=np.int32)
         return status, False, empty, np.empty(0, dtype=np.bool_), empty, np.empty(0, dtype=np.int64)
-    trans, accepting, calls, used = _reduced_subsets(work[3], work[4], work[5], count, nfa[10])
-    return status, True, trans, accepting, calls, nfa[13][used]
+    trans, accepting, calls, used = _reduced_subsets(work[3], work[4], work[5], count, nfa[10], nfa[13])
+    return status, True, trans, accepting, calls, used
 
 
 _NO_PAIRS = np.zeros((0, 2), dtype=np.int32)
@@ -101,10 +101,10 @@ def _new_work(capacity, num_classes, num_rules):
 
 
 @njit(cache=True)
-def _reduced_subsets(trans, calls, accepting, count, byte_class):
+def _reduced_subsets(trans, calls, accepting, count, byte_class, rule_ids):
     """The minimal DFA (:func:`_reduce`) of the first ``count`` subsets, their transitions by byte class written
     out over the 256 bytes, with only the call columns some subset uses: ``(byte table, accepting, table of
-    those call columns, the rules of those columns)``."""
+    those call columns, the rules of those columns)``; call column ``r`` calls rule ``rule_ids[r]``."""
     num_rules = calls.shape[1]
     used = np.zeros(num_rules, dtype=np.bool_)
     for s in range(count):
@@ -146,7 +146,7 @@ def _reduced_subsets(trans, calls, accepting, count, byte_class):
             out_trans[s, first_byte[c] : first_byte[c + 1]] = table[s, c]
         for c in range(columns.shape[0]):
             out_calls[s, c] = table[s, num_classes + c]
-    return out_trans, out_accepting, out_calls, columns
+    return out_trans, out_accepting, out_calls, rule_ids[columns]
 
 
 #: Work (states visited) the kernel does between two looks at the time limit: a few milliseconds.

@@ -216,8 +216,7 @@ def determinize_arrays(
             if done == count:
                 break
         if not status:
-            trans, accepting, calls, used = _reduced_subsets(work[3], work[4], work[5], count, byte_class)
-            used = rule_ids[used]
+            trans, accepting, calls, used = _reduced_subsets(work[3], work[4], work[5], count, byte_class, rule_ids)
     if status == 1:
         raise AutomatonTooLarge(f"the automaton needs more than {MAX_DFA_STATES:,} DFA states")
     if status == 2:

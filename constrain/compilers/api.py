@@ -168,9 +168,10 @@ def _kind_of(spec: Any, kind: str) -> str:
 
 def _options(kind: str, **given: Any) -> dict[str, Any]:
     """The options that apply to ``kind``; one given for another kind is refused rather than ignored."""
+    json_options = ("strict", "whitespace", "max_whitespace", "additional_properties_default", "property_order")
     applies = {
-        "json_schema": ("strict", "whitespace", "max_whitespace", "additional_properties_default", "property_order"),
-        "pydantic": ("strict", "whitespace", "max_whitespace", "additional_properties_default", "property_order"),
+        "json_schema": json_options,
+        "pydantic": json_options,
         "lark": ("start",),
         "gbnf": ("start",),
     }.get(kind, ())

@@ -145,7 +145,13 @@ from constrain.compilers.json_schema.compiler import (
 )
 from constrain.compilers.json_schema.layout import MAX_INDENT_DEPTH
 from constrain.compilers.json_schema.numbers import MAX_ENUMERATED_MULTIPLES, MAX_MODULUS
-from constrain.compilers.json_schema.objects import MAX_ANY_ORDER_PROPERTIES, MAX_PATTERN_PROPERTIES, MAX_WITNESSES
+from constrain.compilers.json_schema.objects import (
+    MAX_ANY_ORDER_PROPERTIES,
+    MAX_ANY_ORDER_STATES,
+    MAX_ANY_ORDER_STATES_TOTAL,
+    MAX_PATTERN_PROPERTIES,
+    MAX_WITNESSES,
+)
 from constrain.compilers.json_schema.strings import (
     LENGTH_BLOCK,
     LENGTH_BLOCK_THRESHOLD,
@@ -157,9 +163,11 @@ from constrain.errors import JsonSchemaError
 
 __all__ = [
     "DEFAULT_TIME_LIMIT",
-    "MAX_ANY_ORDER_PROPERTIES",
     "LENGTH_BLOCK",
     "LENGTH_BLOCK_THRESHOLD",
+    "MAX_ANY_ORDER_PROPERTIES",
+    "MAX_ANY_ORDER_STATES",
+    "MAX_ANY_ORDER_STATES_TOTAL",
     "MAX_AUTOMATON_STATES",
     "MAX_BYTE_STATES",
     "MAX_CONTAINS_STATES",

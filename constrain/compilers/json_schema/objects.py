@@ -211,9 +211,7 @@ class _ObjectRules:
             self.any_order_left -= states
             result = self.members_any_order(items, values, extra, sh, lay, name)
         elif counting:
-            if extra is not None and not isinstance(extra, Ref):
-                self.rules[f"{name}/additional"] = extra  # one rule, however many counts it may appear at
-                extra = Ref(f"{name}/additional")
+            extra = self.extra_rule(extra, name)  # one rule, however many counts it may appear at
             result = self.members_counted(items, extra, sh, lay, name)
         if result is None:
             result = self.members_plain(items, extra, lay, name)
@@ -720,6 +718,14 @@ class _ObjectRules:
         nonempty = None if not options else options[0] if len(options) == 1 else Alt(tuple(options))
         return nonempty, first_required is None
 
+    def extra_rule(self, extra: Expr | None, name: str) -> Expr | None:
+        """The additional member ``extra`` as a call of a rule of its own: read at many places of the object's
+        rule (each count of it, each set of names read), it is built once."""
+        if extra is None or isinstance(extra, Ref):
+            return extra
+        self.rules[f"{name}/additional"] = extra
+        return Ref(f"{name}/additional")
+
     def members_any_order(
         self, items, values: dict[str, Expr], extra, sh: _Shape, lay: _Layout, name: str
     ) -> tuple[Expr | None, bool]:
@@ -738,9 +744,7 @@ class _ObjectRules:
                 self.rules[f"{name}/value{i}"] = value
                 value = Ref(f"{name}/value{i}")
             members.append(_then(Literal(_json_string(key)), lay.colon, value))
-        if extra is not None and not isinstance(extra, Ref):
-            self.rules[f"{name}/additional"] = extra
-            extra = Ref(f"{name}/additional")
+        extra = self.extra_rule(extra, name)
         required = sum(1 << i for i, item in enumerate(items) if item[2])
         lo = sh.min_props if extra is None else 0
         hi = n if extra is not None or sh.max_props is None else min(n, sh.max_props)
