@@ -8,7 +8,7 @@ regex, a set of literals), on its DFA, which is always built.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -16,47 +16,90 @@ from constrain.errors import GrammarError
 from constrain.grammar.ir import Alt, Expr, Literal, Pushdown, Ref, Repeat, Seq, calls_of
 
 
-def check_rules(pushdown: Pushdown, bodies: tuple[Expr, ...], index: Mapping[str, int]) -> None:
+class RuleChecks:
+    """What the checks found per rule, kept so that rules added later (a grammar's deferred rules written when a
+    matcher reaches them) are checked against the rules already there."""
+
+    __slots__ = ("nullable", "first_calls")
+
+    def __init__(self) -> None:
+        #: Per rule: whether it can complete without reading a byte.
+        self.nullable: list[bool] = []
+        #: Per rule: the rules it can call before reading a byte.
+        self.first_calls: list[list[int]] = []
+
+
+def check_rules(
+    pushdown: Pushdown,
+    bodies: Sequence[Expr | None],
+    index: Mapping[str, int],
+    rules: Sequence[int] | None = None,
+    checked: RuleChecks | None = None,
+) -> RuleChecks:
     """Refuse ``pushdown`` (whose calling rules have ``bodies``, their calls numbered by ``index``) when a rule can
-    never complete, else when a rule can call itself before reading a byte."""
-    callees = [
-        sorted({index[name] for name in calls_of(body)}) if calling else []
-        for body, calling in zip(bodies, pushdown.calling)
-    ]
-    productive = _fixpoint(pushdown, bodies, index, callees, empty=False)
-    if not all(productive):
-        names = [pushdown.names[i] for i, ok in enumerate(productive) if not ok]
-        raise GrammarError(f"these rules can never complete (each needs itself or another such rule): {names}")
-    nullable = _fixpoint(pushdown, bodies, index, callees, empty=True)
-    first_calls: list[list[int]] = []
-    for body, calling in zip(bodies, pushdown.calling):
+    never complete, else when a rule can call itself before reading a byte; returns what was found.
+
+    ``rules``: the rules to check (default all); the others passed before, with what ``checked`` holds of them.
+    A rule whose body is None is deferred: it is taken to complete, to read a byte before it does, and to call no
+    rule first, which its writer certified and the check of its body confirms once it is written."""
+    checked = checked if checked is not None else RuleChecks()
+    count, before = len(bodies), len(checked.nullable)
+    rules = list(range(count)) if rules is None else list(rules)
+    written = [i for i in rules if bodies[i] is not None]  # deferred rules are taken as certified
+    checked.nullable.extend([False] * (count - before))
+    checked.first_calls.extend([] for _ in range(count - before))
+    todo = set(written)
+    callees = {i: {index[name] for name in calls_of(bodies[i])} if pushdown.calling[i] else () for i in written}
+    productive = _fixpoint(pushdown, bodies, index, callees, [i not in todo for i in range(count)], empty=False)
+    failed = [pushdown.names[i] for i in written if not productive[i]]
+    if failed:
+        raise GrammarError(f"these rules can never complete (each needs itself or another such rule): {failed}")
+    nullable = [checked.nullable[i] and i not in todo for i in range(count)]
+    nullable = _fixpoint(pushdown, bodies, index, callees, nullable, empty=True)
+    for i in written:
+        if nullable[i] and i < before:
+            raise GrammarError(f"the deferred rule {pushdown.names[i]!r} can complete without reading a byte")
+        checked.nullable[i] = nullable[i]
         found: dict[int, None] = {}
-        if calling:
-            _first_calls(body, nullable, index, found, {})
-        first_calls.append(list(found))
-    state = [0] * len(bodies)  # 0 unvisited, 1 on the path, 2 done
-    for i in range(len(bodies)):
+        if pushdown.calling[i]:
+            _first_calls(bodies[i], nullable, index, found, {})
+        checked.first_calls[i] = list(found)
+    state = [0] * count  # 0 unvisited, 1 on the path, 2 done
+    for i in written:
         if state[i] == 0:
-            _visit_first_calls(i, [i], first_calls, state, pushdown.names)
+            _visit_first_calls(i, [i], checked.first_calls, state, pushdown.names)
+    return checked
 
 
 def _fixpoint(
-    pushdown: Pushdown, bodies: tuple[Expr, ...], index: Mapping[str, int], callees: list[list[int]], *, empty: bool
+    pushdown: Pushdown,
+    bodies: Sequence[Expr | None],
+    index: Mapping[str, int],
+    callees: Mapping[int, Collection[int]],
+    done: list[bool],
+    *,
+    empty: bool,
 ) -> list[bool]:
-    """Which rules can complete (``empty``: without reading a byte): the least fixpoint over the calls.
+    """Which rules can complete (``empty``: without reading a byte): the least fixpoint over the calls of the
+    rules in ``callees`` (each with the rules it calls), the others settled as ``done`` says (which is updated and
+    returned).
 
     A call-free rule answers from its DFA. A calling rule completes as soon as all its callees do (every
     expression with completing leaves does), so with bytes allowed most rules are settled by counting callees
     down; the others (recursions, and every rule when no byte may be read) are evaluated on their body, again
     only when one of their callees turns out to complete."""
-    done = [False] * len(bodies)
-    callers: list[list[int]] = [[] for _ in bodies]
-    waiting = [len(c) for c in callees]  # callees not known to complete yet
-    for i, found in enumerate(callees):
-        for callee in found:
+    count = len(done)
+    callers: list[list[int]] = [[] for _ in range(count)]
+    waiting = [0] * count  # callees not known to complete yet
+    for i, called in callees.items():
+        if done[i] or not called:
+            continue
+        pending = [callee for callee in called if not done[callee]]
+        waiting[i] = len(pending)
+        for callee in pending:
             callers[callee].append(i)
     work: list[int] = []
-    queued = [False] * len(bodies)
+    queued = [False] * count
 
     def settle(i: int) -> None:
         done[i] = True
@@ -73,10 +116,10 @@ def _fixpoint(
                     queued[caller] = True
                     work.append(caller)
 
-    for i, calling in enumerate(pushdown.calling):
+    for i in callees:
         if done[i]:
             continue
-        if not calling:
+        if not pushdown.calling[i]:
             dfa = pushdown.rule(i)
             if bool(dfa.accepting[0]) if empty else dfa.reaches_acceptance(_NO_CALLS, byte_edges=True):
                 settle(i)

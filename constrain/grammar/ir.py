@@ -6,7 +6,7 @@ compare by value, so equal bodies from different schemas share one rule DFA (:mo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 
 from constrain.automata.dfa import ByteDFA
@@ -151,6 +151,14 @@ class Grammar:
     #: Whether some rule names tokens (:class:`Token`, :class:`TokensExcept`): compiling it then resolves them
     #: against the vocabulary (:func:`~constrain.grammar.tokens.resolve_tokens`).
     names_tokens: bool = False
+    #: Rules that are called but not written yet: ``write_later`` writes one when a matcher first reaches it
+    #: (:func:`~constrain.grammar.rules.build_pushdown`). Each must complete, read a byte before it completes and
+    #: call no rule before it reads one: what its writer certified when it put the rule off.
+    deferred: frozenset[str] = field(default=frozenset(), compare=False)
+    #: ``write_later(name, known)``: the grammar whose start rule is deferred rule ``name``, holding it and every
+    #: rule it brings that ``known`` (the names a pushdown already has) lacks; its own ``deferred`` names the
+    #: rules it puts off in turn.
+    write_later: Callable[[str, Set[str]], Grammar] | None = field(default=None, compare=False)
 
 
 class Pushdown:
@@ -159,23 +167,25 @@ class Pushdown:
     :mod:`constrain.runtime.pushdown`.
 
     A pushdown built lazily (:func:`~constrain.grammar.rules.build_pushdown`) holds only some DFAs: :meth:`rule`
-    builds the others when first asked for, so a matcher determinises only the rules its text reaches."""
+    builds the others when first asked for, so a matcher determinises only the rules its text reaches. Building a
+    rule of a grammar whose rules are written later (:attr:`Grammar.deferred`) may add rules: their numbers come
+    after every rule there was (:meth:`extend`), so numbers already handed out keep their meaning."""
 
-    __slots__ = ("names", "calling", "_rules", "_build")
+    __slots__ = ("names", "calling", "_rules", "_build", "__weakref__")
 
     def __init__(
         self,
-        names: tuple[str, ...],
+        names: Sequence[str],
         rules: Sequence[ByteDFA | None],
         *,
-        calling: tuple[bool, ...] | None = None,
+        calling: Sequence[bool] | None = None,
         build: Callable[[int], ByteDFA] | None = None,
     ):
         if build is None and any(dfa is None for dfa in rules):
             raise GrammarError("a Pushdown with rules left to build needs a build function")
-        self.names = names
+        self.names = list(names)
         #: Per rule: whether it calls other rules (known before its DFA is built).
-        self.calling = calling if calling is not None else tuple(bool(dfa.callees) for dfa in rules)
+        self.calling = list(calling) if calling is not None else [bool(dfa.callees) for dfa in rules]
         self._rules = list(rules)
         self._build = build
 
@@ -189,10 +199,20 @@ class Pushdown:
     def is_built(self, index: int) -> bool:
         return self._rules[index] is not None
 
+    def extend(self, names: Sequence[str], calling: Sequence[bool]) -> None:
+        """Add rules, numbered from the present count on, whose DFAs :meth:`rule` builds when asked for."""
+        self.names.extend(names)
+        self.calling.extend(calling)
+        self._rules.extend([None] * len(names))
+
     @property
     def rules(self) -> tuple[ByteDFA, ...]:
-        """Every rule's DFA (those not built yet are built now)."""
-        return tuple(self.rule(i) for i in range(len(self.names)))
+        """Every rule's DFA (those not built yet are built now, with the rules they add)."""
+        i = 0
+        while i < len(self.names):
+            self.rule(i)
+            i += 1
+        return tuple(self._rules)
 
     @property
     def built(self) -> list[ByteDFA]:

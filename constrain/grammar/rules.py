@@ -10,8 +10,10 @@ are shared by every place that uses them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import weakref
+from collections.abc import Iterable, Mapping
 from contextlib import nullcontext
+from dataclasses import replace
 
 from constrain.automata.dfa import ByteDFA
 from constrain.automata.limits import (
@@ -57,35 +59,70 @@ def build_pushdown(grammar: Grammar, *, deadline: float | None = None, lazy: boo
     determinised when a matcher first calls it (:meth:`Pushdown.rule`), so a compile pays only for the rules its
     first masks reach, and what is too large is still refused at compile time. A rule built later may take as long
     as the compile was allowed (``deadline``, or the time limit in force). The checks do not need those DFAs: they
-    read the rules' bodies."""
+    read the rules' bodies.
+
+    The grammar's deferred rules (:attr:`Grammar.deferred`) are written the same way, when a matcher first calls
+    them: the rules each brings are added to the pushdown (:meth:`Pushdown.extend`) and checked against those there
+    (:func:`~constrain.grammar.checks.check_rules`)."""
     if grammar.start not in grammar.rules:
         raise GrammarError(f"the start rule {grammar.start!r} is not defined")
     if len(grammar.rules) > MAX_GRAMMAR_RULES:
         raise GrammarError(
             f"the grammar has {len(grammar.rules):,} rules, more than MAX_GRAMMAR_RULES = {MAX_GRAMMAR_RULES:,}"
         )
+    if grammar.deferred and grammar.write_later is None:
+        raise GrammarError("a grammar with deferred rules needs write_later")
     grammar = _hoist_terminals(grammar)
     alias = _aliases(grammar.rules)
     start = alias.get(grammar.start, grammar.start)
-    names = tuple([start] + sorted(n for n in grammar.rules if n != start and n not in alias))
+    names = [start] + sorted(n for n in grammar.rules if n != start and n not in alias)
+    names.extend(sorted(grammar.deferred))
     index = {name: i for i, name in enumerate(names)}
     index.update((name, index[target]) for name, target in alias.items())
-    bodies = tuple(grammar.rules[name] for name in names)
-    calling = tuple(bool(calls_of(body)) for body in bodies)
-    for name, body in zip(names, bodies):
-        for callee in calls_of(body):
-            if callee not in index:
-                raise GrammarError(f"rule {name!r} refers to the undefined rule {callee!r}")
+    bodies: list[Expr | None] = [grammar.rules.get(name) for name in names]
+    calling = [body is None or bool(calls_of(body)) for body in bodies]
+    _check_calls(names, bodies, range(len(names)), index)
+    origins = dict(grammar.origins)
+    # The rules still to write, and what writes them: dropped once none is left (it holds its compiler).
+    unwritten = {index[name] for name in grammar.deferred}
+    writer = [grammar.write_later]
 
     def build(i: int) -> ByteDFA:
+        if bodies[i] is None:
+            write(i)
         return _checked_rule_dfa(bodies[i], names[i], index)
+
+    def write(i: int) -> None:
+        """Write deferred rule ``i``: its body, and the rules it brings numbered after those there are."""
+        fragment = _hoist_terminals(writer[0](names[i], index.keys()))
+        added = [name for name in fragment.rules if name not in index]
+        first = len(names)
+        names.extend(added)
+        names.extend(sorted(fragment.deferred.difference(index, fragment.rules)))
+        index.update((name, k) for k, name in enumerate(names[first:], first))
+        unwritten.discard(i)
+        unwritten.update(index[name] for name in fragment.deferred)
+        if not unwritten:
+            writer[0] = None
+        bodies[i] = fragment.rules[names[i]]
+        bodies.extend(fragment.rules.get(name) for name in names[first:])
+        origins.update(fragment.origins)
+        new_calling = [body is None or bool(calls_of(body)) for body in bodies[first:]]
+        pushdown = owner()  # alive: it is the one asking
+        pushdown.extend(names[first:], new_calling)
+        _check_calls(names, bodies, [i, *range(first, len(names))], index)
+        check_rules(pushdown, bodies, index, [i, *range(first, len(names))], checks)
 
     with deadline_of(deadline) if deadline is not None else nullcontext():  # else keep a caller's deadline
         allowed = seconds_allowed() if deadline is None else max(0.0, deadline - compile_clock())
         memo: dict[int, int] = {}
         rules = [
-            build(i) if not lazy or i == 0 or not calling[i] or _nfa_bound(bodies[i], memo) > EAGER_NFA_STATES else None
-            for i in range(len(names))
+            None
+            if body is None
+            else build(i)
+            if not lazy or i == 0 or not calling[i] or _nfa_bound(body, memo) > EAGER_NFA_STATES
+            else None
+            for i, body in enumerate(bodies)
         ]
 
     def build_later(i: int) -> ByteDFA:
@@ -94,14 +131,24 @@ def build_pushdown(grammar: Grammar, *, deadline: float | None = None, lazy: boo
             with deadline_of(compile_clock() + allowed) if allowed is not None else nullcontext():
                 return build(i)
         except (AutomatonTooLarge, CompileTimeout) as exc:
-            origin = grammar.origins.get(names[i])
+            origin = origins.get(names[i])
             if origin is None:
                 raise
             raise type(exc)(f"{exc} (the rule comes from {origin or '/'})", rule=exc.rule, origin=origin) from None
 
     pushdown = Pushdown(names, rules, calling=calling, build=build_later)
-    check_rules(pushdown, bodies, index)
+    checks = check_rules(pushdown, bodies, index)
+    owner = weakref.ref(pushdown)  # not the pushdown itself: it holds these functions, and a cycle waits for the GC
     return pushdown
+
+
+def _check_calls(names: list[str], bodies: list[Expr | None], rules: Iterable[int], index: Mapping[str, int]) -> None:
+    """Refuse a call of ``rules`` to a rule that is not defined."""
+    for i in rules:
+        if bodies[i] is not None:
+            for callee in calls_of(bodies[i]):
+                if callee not in index:
+                    raise GrammarError(f"rule {names[i]!r} refers to the undefined rule {callee!r}")
 
 
 #: A lazy build determinises at compile time a rule whose Thompson NFA could have more states than this (by
@@ -194,7 +241,7 @@ def _hoist_terminals(grammar: Grammar) -> Grammar:
         return grammar
     for name, body in hoisted.items():
         rules.setdefault(name, body)
-    return Grammar(rules, grammar.start, grammar.origins)
+    return replace(grammar, rules=rules)
 
 
 def _hoisted(expr: Expr) -> tuple[Expr, tuple[tuple[str, Expr], ...]]:

@@ -77,7 +77,7 @@ class Machine:
         self.rule_start = [-1] * num_rules
         self._rule_size = [0] * num_rules
         #: Per rule: True when it calls no other rule (a lexical piece).
-        self.call_free = tuple(not calling for calling in pushdown.calling)
+        self.call_free = [not calling for calling in pushdown.calling]
         self.num_states = 0
         self.version = 0
         self._waiting: dict[int, list[int]] = {}  # rule not added yet -> the edges whose callee it is
@@ -133,8 +133,20 @@ class Machine:
             return start
         with self._lock:
             if self.rule_start[rule] < 0:
-                self._append([rule], [self.pushdown.rule(rule)])
+                dfa = self.pushdown.rule(rule)
+                self._count_rules()
+                self._append([rule], [dfa])
             return self.rule_start[rule]
+
+    def _count_rules(self) -> None:
+        """Room in the per-rule lists for the rules the pushdown added (writing a deferred rule adds those it
+        brings)."""
+        pushdown, known = self.pushdown, len(self.rule_start)
+        added = len(pushdown.names) - known
+        if added:
+            self.rule_start.extend([-1] * added)
+            self._rule_size.extend([0] * added)
+            self.call_free.extend(not calling for calling in pushdown.calling[known:])
 
     def _append(self, rules: list[int], dfas: list) -> None:
         """Append the states and call edges of ``rules`` (with DFAs ``dfas``), then point the edges waiting for
@@ -394,7 +406,9 @@ class PushdownMasks(MaskCache):
 
     def _rule_hashes(self, rule: int) -> np.ndarray:
         """The global hash array, with the bounded-language hashes of ``rule``'s states filled in."""
-        if not self._hashed[rule]:
+        if rule >= len(self._hashed) or not self._hashed[rule]:
+            if rule >= len(self._hashed):  # a rule added since (written from a deferred one): room for its flag
+                self._hashed = np.concatenate([self._hashed, np.zeros(len(self.machine.rule_start), dtype=bool)])
             if len(self._hashes) < self.machine.num_states:  # the machine added rules since: room for theirs
                 grown = np.zeros(self.machine.trans.shape[0], dtype=np.uint64)
                 grown[: len(self._hashes)] = self._hashes

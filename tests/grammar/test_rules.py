@@ -255,3 +255,66 @@ def test_only_automata_less_some_words_pair_with_the_automaton_they_came_from():
         state = walk_bytes(names.trans, 0, np.frombuffer(text, dtype=np.uint8), 0, len(text))
         base_state = walk_bytes(plain.trans, 0, np.frombuffer(text, dtype=np.uint8), 0, len(text))
         assert pairs[state] == base_state, text
+
+
+# -- rules written later -----------------------------------------------------------------------------------------
+
+
+def _deferring(fragments: dict[str, Grammar]):
+    """A grammar writer that hands out ``fragments`` by name, counting what it is asked for."""
+    asked: list[str] = []
+
+    def write_later(name: str, known) -> Grammar:
+        asked.append(name)
+        fragment = fragments[name]
+        return Grammar(fragment.rules, name, deferred=fragment.deferred, write_later=write_later)
+
+    return write_later, asked
+
+
+def _reads(machine, text: bytes) -> bool:
+    configs = machine.read(machine.start, text)
+    return bool(configs) and machine.can_end(configs)
+
+
+def test_deferred_rules_are_written_when_first_called_and_numbered_after_the_rest():
+    from constrain.runtime.pushdown import Machine
+
+    write_later, asked = _deferring(
+        {
+            "v": Grammar({"v": Seq((Literal("x"), Ref("w"))), "w": Alt((Literal("y"), Seq((Literal("q"), Ref("u"))),
+                         Ref("s")))}, "v", deferred=frozenset({"u"})),
+            "u": Grammar({"u": Seq((Literal("z"), Regex("[0-9]+")))}, "u"),
+        }
+    )  # fmt: skip
+    grammar = Grammar({"s": Seq((Literal("a"), Ref("v")))}, "s", deferred=frozenset({"v"}), write_later=write_later)
+    pushdown = build_pushdown(grammar, lazy=True)
+    assert pushdown.names == ["s", "v"] and not asked
+    machine = Machine(pushdown)
+    assert _reads(machine, b"axy") and asked == ["v"]
+    assert pushdown.names[:2] == ["s", "v"] and "w" in pushdown.names and "u" in pushdown.names
+    assert not _reads(machine, b"axz") and _reads(machine, b"axaxy") and asked == ["v"]
+    assert _reads(machine, b"axqz42") and asked == ["v", "u"]
+    assert not _reads(machine, b"axqz")
+
+
+@pytest.mark.parametrize(
+    "fragment,message",
+    [
+        (Grammar({"v": Alt((Ref("w"), Literal("b"))), "w": Seq((Ref("v"), Literal("c")))}, "v"), "left recursion"),
+        (Grammar({"v": Repeat(Literal("x"), 0, None)}, "v"), "without reading a byte"),
+        (Grammar({"v": Seq((Literal("x"), Ref("nope")))}, "v"), "undefined rule 'nope'"),
+        (Grammar({"v": Seq((Literal("("), Ref("w"))), "w": Seq((Literal("("), Ref("w")))}, "v"), "never complete"),
+    ],
+)
+def test_a_rule_written_later_is_checked_like_the_rest(fragment, message):
+    write_later, _ = _deferring({"v": fragment})
+    grammar = Grammar({"s": Seq((Literal("a"), Ref("v")))}, "s", deferred=frozenset({"v"}), write_later=write_later)
+    pushdown = build_pushdown(grammar, lazy=True)
+    with pytest.raises(GrammarError, match=message):
+        pushdown.rule(pushdown.names.index("v"))
+
+
+def test_a_grammar_with_deferred_rules_needs_a_writer():
+    with pytest.raises(GrammarError, match="write_later"):
+        build_pushdown(Grammar({"s": Ref("v")}, "s", deferred=frozenset({"v"})))

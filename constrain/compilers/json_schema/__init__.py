@@ -111,6 +111,11 @@ remote ``$ref``, an unsatisfiable schema (``minimum`` above ``maximum``, an empt
 ``allOf``, ``minLength`` above ``maxLength``, a required property that cannot be present, a recursion that never
 ends). Unsatisfiable parts that are optional (an anyOf branch, an optional property) are simply left out.
 
+Lazy lowering (``lazy=True``, the default of :func:`compile_json_schema`; strict mode): the value of a property or
+of an array's items whose subschema :mod:`.deferral` certifies (it can be neither refused nor unsatisfiable, and
+reaches enough subschemas to be worth it) gets a rule named now and written when a pushdown first calls it
+(:attr:`~constrain.grammar.ir.Grammar.deferred`); what a compile answers does not change.
+
 Known limits: the property order is fixed (a valid object whose keys come in another order is not produced);
 additional-property keys may repeat (a grammar cannot remember unbounded key sets; ``minProperties`` that only
 repeated keys could meet is refused; a repeated additional key may be the witness of a negated
@@ -125,7 +130,8 @@ The package, by concern (imports point one way: from the core to the concerns, t
 - :mod:`.compiler`: the core (:class:`~.compiler._Compiler`: conjunctions of parts become rules), and
   :func:`schema_to_grammar` and :func:`compile_json_schema`. The concerns are its mixins:
   :mod:`.combinators` (``anyOf``/``oneOf``/``not``/``if``, negation, the merging of ``allOf`` into a shape),
-  :mod:`.enums` (``enum``/``const``), :mod:`.numbers`, :mod:`.strings`, :mod:`.arrays` and :mod:`.objects`.
+  :mod:`.enums` (``enum``/``const``), :mod:`.numbers`, :mod:`.strings`, :mod:`.arrays` and :mod:`.objects`;
+  :mod:`.deferral` certifies the values whose rules a lazy compile writes when a matcher first reaches them.
 - :mod:`.document`: the schema document (dialect, metaschema validation, ``$ref``/``$id``/anchors, validation of
   values against its parts); :mod:`.keywords`: the keyword tables, parts and shapes; :mod:`.layout`: the
   punctuation of each whitespace mode and the rules every schema shares; :mod:`.rules`: the clean-up of a
@@ -142,6 +148,11 @@ from constrain.compilers.json_schema.compiler import (
     MAX_RULES,
     compile_json_schema,
     schema_to_grammar,
+)
+from constrain.compilers.json_schema.deferral import (
+    MAX_DEFERRING_NODES,
+    MIN_DEFERRED_SUBSCHEMAS,
+    MIN_DEFERRING_NODES,
 )
 from constrain.compilers.json_schema.layout import MAX_INDENT_DEPTH
 from constrain.compilers.json_schema.numbers import MAX_ENUMERATED_MULTIPLES, MAX_MODULUS
@@ -173,6 +184,7 @@ __all__ = [
     "MAX_CONTAINS_STATES",
     "MAX_COUNTED_BYTE_STATES",
     "MAX_COUNTED_STATES",
+    "MAX_DEFERRING_NODES",
     "MAX_ENUMERATED_MULTIPLES",
     "MAX_INDENT_DEPTH",
     "MAX_MODULUS",
@@ -183,6 +195,8 @@ __all__ = [
     "MAX_UNIQUE_ENUM",
     "MAX_UNIQUE_SETS",
     "MAX_WITNESSES",
+    "MIN_DEFERRED_SUBSCHEMAS",
+    "MIN_DEFERRING_NODES",
     "JsonSchemaError",
     "compile_json_schema",
     "schema_to_grammar",

@@ -84,7 +84,7 @@ class _ArrayRules:
         rest_expr: Ref | None = None
         if max_n is None or max_n > len(elements):
             try:
-                rest_expr = self.conj(rest_parts, cd)
+                rest_expr = self.conj(rest_parts, cd, defer=True)
             except _Unsatisfiable:
                 rest_expr = None
         if rest_expr is None:

@@ -382,7 +382,7 @@ class _Combinators:
         compile stopped by a refusal that the caller caught): the next request for them compiles them again, and
         refuses again. Entries made before (rules still being built further up) stay."""
         for key, name in list(islice(self.memo.items(), mark, None)):
-            if isinstance(name, str) and name not in self.rules:
+            if isinstance(name, str) and name not in self.rules and name not in self.deferred:
                 del self.memo[key]
 
     def sees_annotations(self, parts: Sequence[_Part]) -> bool:

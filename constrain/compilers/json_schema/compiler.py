@@ -4,13 +4,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from typing import Any
 
 from constrain import collector
 from constrain.automata.limits import DEFAULT_TIME_LIMIT, CompileTimeout, time_limited
 from constrain.compilers.json_schema.arrays import _ArrayRules
 from constrain.compilers.json_schema.combinators import _Combinators, _Excluded
+from constrain.compilers.json_schema.deferral import MAX_DEFERRING_NODES, MIN_DEFERRING_NODES, _Deferral
 from constrain.compilers.json_schema.document import _clean_pointer, _Document
 from constrain.compilers.json_schema.enums import _EnumRules
 from constrain.compilers.json_schema.errors import _TIME_LIMIT, _check_time, _OutOfTime, _Unsatisfiable, _verdict
@@ -29,7 +30,7 @@ from constrain.compilers.json_schema.objects import MAX_ANY_ORDER_STATES_TOTAL, 
 from constrain.compilers.json_schema.rules import _finalize
 from constrain.compilers.json_schema.strings import _StringRules
 from constrain.errors import ArgumentError, AutomatonTooLarge, GrammarError, JsonSchemaError
-from constrain.grammar.ir import Alt, Expr, Grammar, Ref, Seq
+from constrain.grammar.ir import Alt, Expr, Grammar, Ref, Seq, calls_of
 from constrain.runtime.pushdown import compile_grammar
 
 #: Most grammar rules one schema may produce.
@@ -39,7 +40,7 @@ MAX_RULES = 20_000
 _UNSAT = object()
 
 
-class _Compiler(_Combinators, _EnumRules, _NumberRules, _StringRules, _ArrayRules, _ObjectRules):
+class _Compiler(_Deferral, _Combinators, _EnumRules, _NumberRules, _StringRules, _ArrayRules, _ObjectRules):
     """The lowering of one schema: every conjunction of parts met becomes a rule (:meth:`conj`), whose body is its
     enum values, a branch over a combinator, or the rules of each kind of value its merged shape allows
     (:meth:`emit`).
@@ -58,6 +59,7 @@ class _Compiler(_Combinators, _EnumRules, _NumberRules, _StringRules, _ArrayRule
         additional_properties_default: bool,
         max_whitespace: int,
         property_order: str = "declared",
+        lazy: bool = False,
     ):
         self.doc = _Document(schema)
         #: The (sub)schema at a pointer: the document's own method, called tens of thousands of times a compile.
@@ -95,6 +97,16 @@ class _Compiler(_Combinators, _EnumRules, _NumberRules, _StringRules, _ArrayRule
         #: mode only: in lenient mode normalising again notes again what a probe's notes were reset without.
         self._live: dict[_Part, list[str]] = {}
         self._done: dict[tuple[tuple[_Part, ...], int | None], Ref] | None = {} if strict else None
+        #: Whether values whose subschema is certified are lowered later (:mod:`~constrain.compilers.json_schema.
+        #: deferral`): strict mode only, where a relaxation cannot wait to be noted.
+        self.lazy = lazy and strict and MIN_DEFERRING_NODES <= self.doc.containers <= MAX_DEFERRING_NODES
+        #: The rules put off, each with the conjunction and depth it is written from.
+        self.deferred: dict[str, tuple[tuple[_Part, ...], int | None]] = {}
+        #: What writing a rule put off raised (its class and arguments), raised again if it is asked for again.
+        self._write_failed: dict[str, tuple[type[Exception], tuple]] = {}
+        self._certified: dict[str, bool] = {}
+        self._productive: dict[str, bool] = {}
+        self._children: dict[str, tuple[str, ...]] = {}
 
     # -- policy ----------------------------------------------------------------------------------------------
 
@@ -286,8 +298,10 @@ class _Compiler(_Combinators, _EnumRules, _NumberRules, _StringRules, _ArrayRule
             raise JsonSchemaError(f"the schema needs more than {MAX_RULES:,} grammar rules", "", None)
         return name
 
-    def conj(self, parts: Sequence[_Part], depth: int | None) -> Ref:
-        """A rule for the conjunction of ``parts`` (raises _Unsatisfiable when none can hold)."""
+    def conj(self, parts: Sequence[_Part], depth: int | None, defer: bool = False) -> Ref:
+        """A rule for the conjunction of ``parts`` (raises _Unsatisfiable when none can hold). ``defer``: the rule
+        is for a value read after a byte of its container's (a property's, an item's), and may be written later
+        when its subschema is certified (:meth:`deferrable`)."""
         done = self._done
         given = (tuple(parts), depth)
         if done is not None:
@@ -317,6 +331,10 @@ class _Compiler(_Combinators, _EnumRules, _NumberRules, _StringRules, _ArrayRule
         self.last_pointer = parts[0].ptr
         name = self.new_name(parts, depth)
         self.memo[key] = name
+        if defer and self.lazy and len(parts) == 1 and not parts[0].skip and self.deferrable(parts[0].ptr):
+            self.deferred[name] = (parts, depth)
+            ref = done[given] = Ref(name)
+            return ref
         try:
             body = self.body(parts, depth, name)
         except _Unsatisfiable as exc:
@@ -422,8 +440,52 @@ class _Compiler(_Combinators, _EnumRules, _NumberRules, _StringRules, _ArrayRule
         depth = 0 if self.whitespace == "indent" else None
         root = self.conj((_Part(""),), depth)
         self.rules["root"] = root
-        rules = _finalize(self.rules, "root", self.library, self.origins)
-        return Grammar(rules, "root", {name: self.origins[name] for name in rules if name in self.origins})
+        return self.grammar("root", set())
+
+    def grammar(self, start: str, known: Set[str]) -> Grammar:
+        """The grammar of ``start``: the rules it reaches that ``known`` lacks, cleaned up, with the rules put off
+        that they call."""
+        rules = _finalize(self.rules, start, self.library, self.origins, known, self.deferred)
+        deferred = (
+            {r for body in rules.values() for r in calls_of(body) if r in self.deferred and r not in known}
+            if self.deferred
+            else ()
+        )
+        return Grammar(
+            rules,
+            start,
+            {name: self.origins[name] for name in (*rules, *deferred) if name in self.origins},
+            deferred=frozenset(deferred),
+            write_later=self.write_later if deferred else None,
+        )
+
+    def write_later(self, name: str, known: Set[str]) -> Grammar:
+        """Write the rule put off as ``name`` (see :attr:`Grammar.write_later`). Certified, so neither refused nor
+        unsatisfiable; the time limit and the bounds on automata still hold, and a rule they stop fails the same
+        way each time it is asked for."""
+        failed = self._write_failed.get(name)
+        if failed is not None:
+            raise failed[0](*failed[1])
+        parts, depth = self.deferred[name]
+        self.last_pointer = parts[0].ptr
+        try:
+            self.rules[name] = self.body(parts, depth, name)
+        except _OutOfTime as exc:
+            where = _clean_pointer(str(exc)) or "/"
+            failed = CompileTimeout, (f"writing the rule of {where} ran past the time limit", name)
+        except _Unsatisfiable as exc:  # a certificate that failed: refused where it was found
+            failed = JsonSchemaError, (exc.reason, exc.pointer, exc.keyword)
+        except RecursionError:
+            failed = JsonSchemaError, ("the schema nests too deeply to compile", _clean_pointer(self.last_pointer))
+        except JsonSchemaError as exc:
+            failed = JsonSchemaError, (exc.reason, exc.pointer, exc.keyword)
+        except (AutomatonTooLarge, CompileTimeout) as exc:
+            failed = type(exc), (str(exc), exc.rule, exc.origin)
+        if failed is not None:
+            self._write_failed[name] = failed  # the class and arguments: a raised error would hold the frames
+            raise failed[0](*failed[1])
+        del self.deferred[name]
+        return self.grammar(name, known)
 
 
 # ==============================================================================================================
@@ -439,6 +501,7 @@ def schema_to_grammar(
     max_whitespace: int = 20,
     property_order: str = "declared",
     time_limit: float | None = DEFAULT_TIME_LIMIT,
+    lazy: bool = False,
 ) -> tuple[Grammar, list[str]]:
     """Lower a JSON Schema to a grammar; returns ``(grammar, relaxations)``.
 
@@ -453,6 +516,10 @@ def schema_to_grammar(
     names only in ``required``), additional ones last; ``"any"`` accepts them in any order, additional ones
     anywhere, for objects of at most :data:`~constrain.compilers.json_schema.objects.MAX_ANY_ORDER_PROPERTIES`
     declared properties (a larger one keeps the declared order).
+
+    ``lazy`` (strict mode): the rules of property values and array items whose subschemas are certified
+    (:mod:`~constrain.compilers.json_schema.deferral`) are left out, named in the grammar's ``deferred`` and written
+    by its ``write_later`` when a pushdown first calls them; the grammar then holds the compiler until then.
     """
     if whitespace not in ("compact", "flexible", "indent"):
         raise ArgumentError("whitespace", whitespace, "'compact', 'flexible' or 'indent'")
@@ -464,7 +531,7 @@ def schema_to_grammar(
     try:
         with time_limited(time_limit, "the schema"):
             compiler = _Compiler(
-                schema, strict, whitespace, additional_properties_default, max_whitespace, property_order
+                schema, strict, whitespace, additional_properties_default, max_whitespace, property_order, lazy
             )
             grammar = compiler.compile()
     except _TIME_LIMIT as exc:
@@ -485,8 +552,10 @@ def schema_to_grammar(
 def compile_json_schema(schema: Any, vocab, **options):
     """Compile a JSON Schema for ``vocab`` into a :class:`~constrain.runtime.pushdown.GrammarStructure`.
 
-    ``options``: those of :func:`schema_to_grammar`, and ``cache_bytes`` for the mask cache. The structure's
-    ``relaxations`` lists what lenient mode relaxed. ``time_limit`` covers the grammar and its automata.
+    ``options``: those of :func:`schema_to_grammar` (``lazy`` is on unless turned off: a certified value's rules
+    are written when a matcher first reaches it), and ``cache_bytes`` for the mask cache. The structure's
+    ``relaxations`` lists what lenient mode relaxed. ``time_limit`` covers the grammar and its automata, and each
+    rule written later on its own.
 
     The cyclic garbage collector is paused for the whole compile of a schema of more than :data:`PAUSE_NODES`
     objects and arrays (:mod:`constrain.collector`; a compile that runs long pauses it anyway): such a compile's
@@ -530,7 +599,8 @@ def _more_nodes_than(schema: Any, limit: int) -> bool:
 
 
 def _compile_json_schema(schema: Any, vocab, **options):
-    grammar_options = {k: options.pop(k) for k in list(options) if k in _GRAMMAR_OPTIONS}
+    grammar_options = {"lazy": True}
+    grammar_options.update((k, options.pop(k)) for k in list(options) if k in _GRAMMAR_OPTIONS)
     grammar, notes = schema_to_grammar(schema, **grammar_options)
     time_limit = grammar_options.get("time_limit", DEFAULT_TIME_LIMIT)
     try:
@@ -550,4 +620,5 @@ _GRAMMAR_OPTIONS = {
     "max_whitespace",
     "property_order",
     "time_limit",
+    "lazy",
 }

@@ -137,7 +137,8 @@ class _Document:
 
         if not isinstance(schema, (bool, Mapping)):
             raise JsonSchemaError(f"a schema must be a JSON object or a boolean, not {type(schema).__name__}")
-        _refuse_non_json(schema)
+        #: How many objects and arrays the document holds.
+        self.containers = _refuse_non_json(schema)
         if isinstance(schema, Mapping) and not isinstance(schema.get("$schema", ""), str):
             raise JsonSchemaError("$schema must be a string (the dialect's URI)", "/$schema", "$schema")
         cls = validators.validator_for(schema, default=validators.Draft202012Validator)
@@ -621,13 +622,15 @@ def _refers(schema: Any) -> bool:
     return False
 
 
-def _refuse_non_json(schema: Any) -> None:
+def _refuse_non_json(schema: Any) -> int:
     """JsonSchemaError at the first value no JSON text spells: a key that is not a string, a value that is not a
     string, number, boolean, null, list or mapping (a tuple, a set, an object), an infinite or NaN float. The
     compiler's parts assume JSON, and a bound of infinity has no digits to compile. One quick walk answers for the
-    whole schema (about 15 us for a typical one); the walk that finds the pointer runs only when it fails."""
-    if _is_json(schema):
-        return
+    whole schema (about 15 us for a typical one); the walk that finds the pointer runs only when it fails. Returns
+    how many objects and arrays the schema holds."""
+    containers = _json_containers(schema)
+    if containers is not None:
+        return containers
     work = [("", schema)]
     while work:
         pointer, value = work.pop()
@@ -649,8 +652,10 @@ def _refuse_non_json(schema: Any) -> None:
             )
 
 
-def _is_json(schema: Any) -> bool:
+def _json_containers(schema: Any) -> int | None:
+    """How many objects and arrays ``schema`` holds; None when it holds a value no JSON text spells."""
     stack = [schema]
+    containers = 0
     while stack:
         node = stack.pop()
         kind = type(node)
@@ -658,21 +663,23 @@ def _is_json(schema: Any) -> bool:
             continue
         if kind is int:
             if node.bit_length() > _MAX_INT_BITS:
-                return False
+                return None
             continue
         if kind is dict or isinstance(node, Mapping):
             for key in node:
                 if type(key) is not str and not isinstance(key, str):
-                    return False
+                    return None
             stack.extend(node.values())
+            containers += 1
         elif isinstance(node, list):
             stack.extend(node)
+            containers += 1
         elif isinstance(node, float):
             if not math.isfinite(node):
-                return False
+                return None
         elif not isinstance(node, (str, int)) or (isinstance(node, int) and node.bit_length() > _MAX_INT_BITS):
-            return False
-    return True
+            return None
+    return containers
 
 
 #: Integers of more bits are refused: Python writes at most 4,300 digits of an int as text by default.

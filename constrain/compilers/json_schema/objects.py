@@ -149,7 +149,7 @@ class _ObjectRules:
                     cause = "the name fails propertyNames"
                 else:
                     try:
-                        value = self.conj([_Part(v) for v in vparts], cd)
+                        value = self.conj([_Part(v) for v in vparts], cd, defer=True)
                     except _Unsatisfiable as exc:
                         value, cause = None, _verdict(exc)
             else:
@@ -606,7 +606,7 @@ class _ObjectRules:
                 ):
                     vparts.append(info.unevaluated)
             try:
-                value = self.conj([_Part(v) for v in vparts], cd)
+                value = self.conj([_Part(v) for v in vparts], cd, defer=True)
             except _Unsatisfiable:
                 continue
             if not order and allowed_names is None and not names:

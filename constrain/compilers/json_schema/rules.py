@@ -5,7 +5,7 @@ rules, alias cycles, reachability; :func:`~constrain.grammar.rules.build_pushdow
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Container, Mapping, Set
 
 from constrain.compilers.json_schema.errors import _Unsatisfiable
 from constrain.errors import JsonSchemaError
@@ -94,10 +94,12 @@ def _options(expr: Expr) -> list[Expr]:
     return list(expr.items) if isinstance(expr, Alt) else [expr]
 
 
-def _reachable(rules: dict[str, Expr], start: str, refs: dict[str, tuple[str, ...]]) -> dict[str, Expr]:
-    """The rules ``start`` calls, directly or not (and itself), in their order; ``refs`` (each rule's calls) gets
-    those it lacks of the rules reached, so calls are found only for rules that stay. Calls to undefined rules (a
-    recursion found unsatisfiable) are left to pruning."""
+def _reachable(
+    rules: dict[str, Expr], start: str, refs: dict[str, tuple[str, ...]], outside: Container[str] = frozenset()
+) -> dict[str, Expr]:
+    """The rules ``start`` calls, directly or not (and itself), in their order, short of those in ``outside``;
+    ``refs`` (each rule's calls) gets those it lacks of the rules reached, so calls are found only for rules that
+    stay. Calls to undefined rules (a recursion found unsatisfiable) are left to pruning."""
     keep = {start}
     work = [start]
     while work:
@@ -106,23 +108,38 @@ def _reachable(rules: dict[str, Expr], start: str, refs: dict[str, tuple[str, ..
         if calls is None:
             calls = refs[name] = calls_of(rules[name])
         for r in calls:
-            if r not in keep and r in rules:
+            if r not in keep and r in rules and r not in outside:
                 keep.add(r)
                 work.append(r)
     return {name: rules[name] for name in rules if name in keep}
 
 
-def _finalize(rules: dict[str, Expr], start: str, library: set[str], origins: Mapping[str, str]) -> dict[str, Expr]:
+def _finalize(
+    rules: dict[str, Expr],
+    start: str,
+    library: set[str],
+    origins: Mapping[str, str],
+    known: Set[str] = frozenset(),
+    deferred: Mapping[str, object] | None = None,
+) -> dict[str, Expr]:
     """The grammar's rules less those that cannot complete or that ``start`` never reaches; an alias cycle is
     refused with a :class:`JsonSchemaError` at the pointer ``origins`` gives its rule. The ``library`` rules (see
     :attr:`~constrain.compilers.json_schema.compiler._Compiler.library`) are productive and free of alias cycles,
-    so only the schema's own rules are analysed."""
+    so only the schema's own rules are analysed.
+
+    The rules in ``known`` (a grammar's, when a deferred rule ``start`` is written for it) and those ``deferred``
+    (certified, and written later) are productive and left out: only the rules ``start`` reaches past them are
+    returned."""
+    outside = _Outside(start, known, deferred) if known or deferred else frozenset()
     refs: dict[str, tuple[str, ...]] = {}  # each reachable rule's calls, found by _reachable
-    rules = _reachable(rules, start, refs)  # first: branches inline their options' bodies, often leaving those unused
+    # first: branches inline their options' bodies, often leaving those unused
+    rules = _reachable(rules, start, refs, outside)
     # A rule whose calls are all productive is: calls are counted down, so most rules are settled without a walk.
     # The others (recursions, calls of unproductive or undefined rules) are walked, and walked again only when a
     # rule they call turns out productive.
     ok = {name for name in rules if name in library}
+    if outside:
+        ok.update(r for calls in refs.values() for r in calls if r in outside)
     own = [name for name in rules if name not in ok]
     callers: dict[str, list[str]] = defaultdict(list)
     waiting: dict[str, int] = {}
@@ -195,7 +212,23 @@ def _finalize(rules: dict[str, Expr], start: str, library: set[str], origins: Ma
                 "never finishes",
                 origins.get(name, ""),
             )
-    return _reachable(rules, start, refs) if changed else rules
+    return _reachable(rules, start, refs, outside) if changed else rules
+
+
+class _Outside:
+    """The rules a fragment's clean-up leaves out: those ``known`` or ``deferred``, other than its ``start``. A view,
+    not a copy: ``known`` holds every rule a pushdown has."""
+
+    __slots__ = ("start", "known", "deferred")
+
+    def __init__(self, start: str, known: Set[str], deferred: Mapping[str, object] | None):
+        self.start, self.known, self.deferred = start, known, deferred or {}
+
+    def __contains__(self, name: object) -> bool:
+        return name != self.start and (name in self.known or name in self.deferred)
+
+    def __bool__(self) -> bool:
+        return True
 
 
 def _cyclic_part(graph: Mapping[str, set[str]]) -> dict[str, set[str]]:

@@ -1,0 +1,432 @@
+"""Which subschemas may be lowered later: when a matcher first reaches the value they describe.
+
+Most of a large schema's compile is lowering subschemas that a request never reaches (the properties its output
+leaves out, the branches it does not take). A property's value or an array's item whose subschema is *certified*
+is therefore put off (:meth:`~constrain.compilers.json_schema.compiler._Compiler.conj` with ``defer``): its rule is
+named now and written when the pushdown first calls it (:attr:`~constrain.grammar.ir.Grammar.deferred`).
+
+Putting a rule off must not change what the compile answers, so a subschema is certified only when lowering it
+can neither be refused (strict mode refuses at compile time, not in a mask) nor find it unsatisfiable (the caller
+would have dropped the property or refused the schema), and when some finite value satisfies it. The walk checks
+each subschema it reaches (through references, branches, properties and items) against a small set of keywords
+whose lowering is known to succeed under simple conditions (:data:`CERTIFIED_KEYWORDS`); anything else (a
+conjunction, a negation, a count of properties) keeps the value eager. Patterns are certified by building their
+automaton now (it is shared per process, so the later lowering finds it built). A rule put off reads a byte first
+(a JSON value) and every cycle of references passes through a property or an item, so no left recursion can wait
+in it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from constrain.automata.regex import RegexError
+from constrain.compilers.json_schema.document import _escape_token
+from constrain.compilers.json_schema.errors import _TIME_LIMIT, _NotNegatable, _TooLarge
+from constrain.compilers.json_schema.formats import _UNSUPPORTED_FORMATS
+from constrain.compilers.json_schema.keywords import _ANNOTATIONS, _DRAFT3_ONLY, _VALIDATION, _Part
+from constrain.compilers.json_schema.strings import _string_automaton, _StringKey, _StringOutcome
+from constrain.compilers.json_schema.values import _is_utf8, _to_decimal
+from constrain.errors import JsonSchemaError
+
+#: The validation keywords a certified subschema may use.
+CERTIFIED_KEYWORDS = frozenset(
+    {
+        "type", "enum", "const", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
+        "minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+        "$ref", "anyOf", "oneOf",
+    }
+)  # fmt: skip
+#: A value is put off only when its subschema reaches at least this many subschemas: writing a rule later costs a
+#: mask some hundreds of microseconds, worth it for an object of several members, not for a string.
+MIN_DEFERRED_SUBSCHEMAS = 6
+#: Schemas of fewer objects and arrays than this are lowered whole: they compile in well under a millisecond, less
+#: than certifying their values would save.
+MIN_DEFERRING_NODES = 64
+#: Schemas of more objects and arrays than this are lowered whole too: every refusal of a bound on the grammar's
+#: size then comes at compile time.
+MAX_DEFERRING_NODES = 4_000
+#: Bounds on what a certified subschema counts: a length, a number of items, of properties, a name's length.
+MAX_CERTIFIED_LENGTH = 65_536
+MAX_CERTIFIED_ITEMS = 256
+MAX_CERTIFIED_PROPERTIES = 1_000
+MAX_CERTIFIED_NAME = 1_000
+#: Numeric bounds beyond this magnitude keep the value eager (their ranges are written digit by digit).
+MAX_CERTIFIED_MAGNITUDE = 10**15
+
+#: The keywords through which a subschema reaches others.
+_REACHING = frozenset({"$ref", "anyOf", "oneOf", "properties", "additionalProperties", "items"})
+_TYPE_NAMES = frozenset({"null", "boolean", "integer", "number", "string", "array", "object"})
+
+# A subschema's productivity: True, a pointer (productive when that subschema is), or ("any" | "all", terms).
+_Formula = Any
+
+
+class _Deferral:
+    """The certificate of :mod:`~constrain.compilers.json_schema.deferral`, a mixin of
+    :class:`~constrain.compilers.json_schema.compiler._Compiler` (its ``doc``, ``node``, ``known_here`` and
+    ``pairwise_disjoint``). Verdicts are kept per pointer: ``_certified`` (lowering it succeeds, whatever it reaches)
+    and ``_productive`` (some finite value satisfies it)."""
+
+    def deferrable(self, ptr: str) -> bool:
+        """Whether the subschema at ``ptr`` is worth lowering later and may be: certified, productive, and
+        reaching at least :data:`MIN_DEFERRED_SUBSCHEMAS` subschemas."""
+        certified = self._certified.get(ptr)
+        if certified is None:
+            if not _may_reach(self.node(ptr), MIN_DEFERRED_SUBSCHEMAS):
+                return False  # too small to be worth putting off: cheaper to lower now than to certify
+            self._certify(ptr)
+            certified = self._certified[ptr]
+        return certified and self._productive[ptr] and self._reaches(ptr, MIN_DEFERRED_SUBSCHEMAS)
+
+    def _reaches(self, ptr: str, count: int) -> bool:
+        """Whether the certified subschema at ``ptr`` reaches ``count`` subschemas (itself included)."""
+        seen = {ptr}
+        work = [ptr]
+        while work:
+            for child in self._children[work.pop()]:
+                if child not in seen:
+                    seen.add(child)
+                    if len(seen) >= count:
+                        return True
+                    work.append(child)
+        return len(seen) >= count
+
+    def _certify(self, root: str) -> None:
+        """Decide every subschema ``root`` reaches: explore them, mark those that reach a subschema outside the
+        certified set or lie on a cycle of references and branches, then find which are productive."""
+        found: dict[str, tuple[_Formula, tuple[str, ...], tuple[str, ...]]] = {}
+        failed: set[str] = set()
+        work = [root]
+        while work:
+            ptr = work.pop()
+            if ptr in found or ptr in failed or ptr in self._certified:
+                continue
+            local = self._local(ptr)
+            if local is None:
+                failed.add(ptr)
+                continue
+            found[ptr] = local
+            work.extend(local[1])
+            work.extend(local[2])
+        callers: dict[str, list[str]] = {}
+        for ptr, (_, in_place, below) in found.items():
+            for child in (*in_place, *below):
+                callers.setdefault(child, []).append(ptr)
+        bad = set(failed)
+        bad.update(c for c in callers if self._certified.get(c) is False)
+        bad.update(_on_cycles({ptr: [c for c in local[1] if c in found] for ptr, local in found.items() if local[1]}))
+        work = list(bad)
+        while work:
+            for caller in callers.get(work.pop(), ()):
+                if caller not in bad:
+                    bad.add(caller)
+                    work.append(caller)
+        for ptr in failed:
+            self._certified[ptr] = False
+        good = [ptr for ptr in found if ptr not in bad]
+        for ptr in found:
+            if ptr in bad:
+                self._certified[ptr] = False
+        productive = {ptr: False for ptr in good}
+        work = list(good)
+        while work:  # the least fixpoint: a subschema turns productive once its terms do, and tells its callers
+            ptr = work.pop()
+            if productive[ptr] or not self._holds(found[ptr][0], productive):
+                continue
+            productive[ptr] = True
+            work.extend(c for c in callers.get(ptr, ()) if c in productive and not productive[c])
+        for ptr in good:
+            self._certified[ptr] = True
+            self._productive[ptr] = productive[ptr]
+            self._children[ptr] = found[ptr][1] + found[ptr][2]
+
+    def _holds(self, formula: _Formula, productive: Mapping[str, bool]) -> bool:
+        if formula is True:
+            return True
+        if isinstance(formula, str):
+            known = productive.get(formula)
+            return self._productive.get(formula, False) if known is None else known
+        kind, terms = formula
+        test = any if kind == "any" else all
+        return test(self._holds(term, productive) for term in terms)
+
+    def _local(self, ptr: str) -> tuple[_Formula, tuple[str, ...], tuple[str, ...]] | None:
+        """What the subschema at ``ptr`` needs of others: (its productivity, the subschemas applied to the same
+        value, those applied to a part of it); None when it is not certified on its own."""
+        node = self.node(ptr)
+        if node is True:
+            return True, (), ()
+        if type(node) is not dict or "$ptr" in node:
+            return None
+        if "$ref" in node and self.doc.legacy and self.known_here("$ref"):  # siblings are ignored
+            target = self._target(ptr, node["$ref"])
+            return None if target is None else (target, (target,), ())
+        validation: list[str] = []
+        for kw in node:
+            if kw in _ANNOTATIONS:
+                if kw == "$schema" and ptr:
+                    return None
+                continue
+            if kw in _DRAFT3_ONLY:
+                return None
+            if kw not in _VALIDATION:
+                continue  # an unknown keyword: an annotation
+            if kw not in CERTIFIED_KEYWORDS or not self.known_here(kw):
+                return None
+            validation.append(kw)
+        if "$ref" in node:
+            target = self._target(ptr, node["$ref"]) if len(validation) == 1 else None
+            return None if target is None else (target, (target,), ())
+        for kw in ("anyOf", "oneOf"):
+            if kw in node:
+                branches = node[kw]
+                if len(validation) != 1 or not isinstance(branches, list) or not branches:
+                    return None
+                ptrs = tuple(f"{ptr}/{kw}/{i}" for i in range(len(branches)))
+                if kw == "oneOf" and not self._exclusive(ptrs):
+                    return None
+                return ("any", ptrs), ptrs, ()
+        types = node.get("type", _TYPE_NAMES)
+        types = {types} if isinstance(types, str) else types
+        if not isinstance(types, (set, frozenset, list)) or not types or not set(types) <= _TYPE_NAMES:
+            return None
+        types = set(types)
+        if "enum" in node or "const" in node:
+            return (True, (), ()) if self._some_value(node, validation, types) else None
+        if not (self._strings_hold(node) and self._numbers_hold(node, types)):
+            return None
+        terms: list[_Formula] = []
+        below: list[str] = []
+        if types - {"object", "array"}:
+            terms.append(True)
+        if "object" in types or "properties" in node or "required" in node or "additionalProperties" in node:
+            needs = self._object_needs(ptr, node, below)
+            if needs is None:
+                return None
+            if "object" in types:
+                terms.append(("all", needs))
+        if "array" in types or "items" in node or "minItems" in node or "maxItems" in node:
+            needs = self._array_needs(ptr, node, below)
+            if needs is None:
+                return None
+            if "array" in types:
+                terms.append(needs)
+        return ("any", tuple(terms)), (), tuple(below)
+
+    def _target(self, ptr: str, ref: Any) -> str | None:
+        try:
+            return self.doc.resolve(ptr, ref, "$ref")
+        except JsonSchemaError:
+            return None
+
+    def _exclusive(self, branches: tuple[str, ...]) -> bool:
+        """Whether a ``oneOf``'s branches are pairwise disjoint as the compiler proves it (then its lowering is
+        that of an ``anyOf``)."""
+        try:
+            return self.pairwise_disjoint([_Part(b) for b in branches])
+        except _TIME_LIMIT:
+            raise
+        except (JsonSchemaError, _NotNegatable, _TooLarge, RecursionError):
+            return False
+
+    @staticmethod
+    def _some_value(node: Mapping, validation: list[str], types: set[str]) -> bool:
+        """An ``enum`` or ``const`` beside nothing but ``type``: whether a value has one of ``types``, and every
+        value can be written as UTF-8 JSON."""
+        if not set(validation) <= {"type", "enum"} and not set(validation) <= {"type", "const"}:
+            return False
+        values = node["enum"] if "enum" in node else [node["const"]]
+        if not isinstance(values, list):
+            return False
+        try:
+            for value in values:
+                json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except (TypeError, ValueError, UnicodeEncodeError):
+            return False
+        for value in values:
+            if value is None:
+                kind = "null"
+            elif isinstance(value, bool):
+                kind = "boolean"
+            elif isinstance(value, int):
+                kind = "integer" if "integer" in types else "number"
+            elif isinstance(value, float):
+                kind = "number"
+            elif isinstance(value, str):
+                kind = "string"
+            elif isinstance(value, dict):
+                kind = "object"
+            elif isinstance(value, list):
+                kind = "array"
+            else:
+                continue
+            if kind in types:
+                return True
+        return False
+
+    def _strings_hold(self, node: Mapping) -> bool:
+        """Lengths in order, and a pattern or a format alone, supported, whose language is not empty."""
+        lo, hi = node.get("minLength", 0), node.get("maxLength")
+        for bound in (lo, hi):
+            if bound is not None and (type(bound) is not int or not 0 <= bound <= MAX_CERTIFIED_LENGTH):
+                return False
+        if hi is not None and lo > hi:
+            return False
+        pattern, form = node.get("pattern"), node.get("format")
+        if pattern is None and form is None:
+            return True
+        if (pattern is not None and form is not None) or lo or hi is not None:
+            return False
+        if form is not None:
+            return isinstance(form, str) and form not in _UNSUPPORTED_FORMATS
+        if not isinstance(pattern, str):
+            return False
+        try:
+            found = _string_automaton(_StringKey((pattern,), (), (), (), ()), 0, None)
+        except (RegexError, _TooLarge):
+            return False
+        return found is _StringOutcome.ANY_TEXT or not isinstance(found, _StringOutcome)
+
+    def _numbers_hold(self, node: Mapping, types: set[str]) -> bool:
+        """Numeric bounds of moderate size that leave a number (an integer, when only integers are allowed)."""
+        lo = hi = None
+        lo_strict = hi_strict = False
+        for kw in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
+            if kw not in node:
+                continue
+            value = node[kw]
+            if isinstance(value, bool):
+                if not self.doc.draft4 or kw.startswith("min") or kw.startswith("max"):
+                    return False
+                continue
+            if not isinstance(value, (int, float)) or not abs(value) <= MAX_CERTIFIED_MAGNITUDE:
+                return False
+            strict = kw.startswith("exclusive") or (self.doc.draft4 and node.get("exclusive" + kw.title()) is True)
+            value = _to_decimal(value)
+            if kw.endswith("inimum"):
+                if lo is None or value > lo or (value == lo and strict):
+                    lo, lo_strict = value, strict
+            elif hi is None or value < hi or (value == hi and strict):
+                hi, hi_strict = value, strict
+        if lo is None or hi is None or not types & {"integer", "number"}:
+            return True
+        if "number" in types:
+            return lo < hi or (lo == hi and not lo_strict and not hi_strict)
+        least = math.floor(lo) + 1 if lo_strict or lo != math.floor(lo) else int(lo)
+        most = math.ceil(hi) - 1 if hi_strict or hi != math.ceil(hi) else int(hi)
+        return least <= most
+
+    def _object_needs(self, ptr: str, node: Mapping, below: list[str]) -> tuple[_Formula, ...] | None:
+        """The productivity an object needs (one term per required property), adding the subschemas of its
+        members to ``below``; None when it is not certified."""
+        props = node.get("properties", {})
+        required = node.get("required", [])
+        extra = node.get("additionalProperties", True)
+        if not isinstance(props, dict) or len(props) > MAX_CERTIFIED_PROPERTIES or not isinstance(required, list):
+            return None
+        for name in (*props, *required):
+            if not isinstance(name, str) or len(name) > MAX_CERTIFIED_NAME or not _is_utf8(name):
+                return None
+        members = {name: f"{ptr}/properties/{_escape_token(name)}" for name in props}
+        below.extend(members.values())
+        closed = extra is False or (not self.ap_default and props and "additionalProperties" not in node)
+        extra_ptr = None
+        if isinstance(extra, dict):
+            extra_ptr = f"{ptr}/additionalProperties"
+            below.append(extra_ptr)
+        elif not isinstance(extra, bool):
+            return None
+        needs: list[_Formula] = []
+        for name in dict.fromkeys(required):
+            if name in members:
+                needs.append(members[name])
+            elif closed:
+                return None
+            else:
+                needs.append(extra_ptr or True)
+        return tuple(needs)
+
+    @staticmethod
+    def _array_needs(ptr: str, node: Mapping, below: list[str]) -> _Formula | None:
+        """The productivity an array needs, adding its items' subschema to ``below``; None when it is not
+        certified."""
+        items = node.get("items", True)
+        lo, hi = node.get("minItems", 0), node.get("maxItems")
+        for bound in (lo, hi):
+            if bound is not None and (type(bound) is not int or not 0 <= bound <= MAX_CERTIFIED_ITEMS):
+                return None
+        if (hi is not None and lo > hi) or not isinstance(items, (dict, bool)):
+            return None
+        if items is False:
+            return True if lo == 0 else None
+        if isinstance(items, dict):
+            below.append(f"{ptr}/items")
+            return f"{ptr}/items" if lo else True
+        return True
+
+
+def _may_reach(node: Any, count: int) -> bool:
+    """Whether a subschema may reach ``count`` subschemas: it holds that many objects, or a reference (whose
+    target only the certificate's walk measures)."""
+    if type(node) is not dict or node.keys().isdisjoint(_REACHING):
+        return False
+    seen = 0
+    work = [node]
+    while work:
+        item = work.pop()
+        if isinstance(item, dict):
+            if "$ref" in item:
+                return True
+            seen += 1
+            if seen >= count:
+                return True
+            work.extend(item.values())
+        elif isinstance(item, list):
+            work.extend(item)
+    return False
+
+
+def _on_cycles(graph: Mapping[str, list[str]]) -> set[str]:
+    """The nodes of ``graph`` that lie on a cycle (a self-loop included); a node that is no key has no edge out."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: set[str] = set()
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(graph[root]))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(graph.get(child, ()))))
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1 or node in graph.get(node, ()):
+                        out.update(component)
+    return out

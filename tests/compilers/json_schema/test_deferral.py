@@ -1,0 +1,358 @@
+"""Lazy lowering: the rules of certified values are written when a matcher first reaches them.
+
+The contract is that putting a rule off changes nothing a caller can see: the same schemas are refused (same
+keyword and pointer), the same texts accepted, and writing any rule put off never fails. The oracles are the
+eager compile of the same schema and ``jsonschema``; the data are the JSON Schema Test Suite and MaskBench's dev
+schemas, each rule of a lazy grammar written to the end.
+"""
+
+from __future__ import annotations
+
+import gc
+import glob
+import gzip
+import inspect
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from constrain.compilers.json_schema import compile_json_schema, deferral, schema_to_grammar
+from constrain.compilers.json_schema import compiler as compiler_module
+from constrain.compilers.json_schema.compiler import _Compiler
+from constrain.compilers.json_schema.deferral import MAX_DEFERRING_NODES, MIN_DEFERRED_SUBSCHEMAS, MIN_DEFERRING_NODES
+from constrain.compilers.json_schema.keywords import _Part
+from constrain.compilers.json_schema.rules import _finalize
+from constrain.errors import JsonSchemaError, StructureError
+from constrain.grammar.rules import build_pushdown
+from constrain.runtime.pushdown import Machine
+
+from .test_json_schema import _key_orders, accepts, dumps, valid
+
+SHARED = Path(__file__).resolve().parents[3].parent / "shared" / "data"
+SUITE = SHARED / "json-schema-test-suite" / "tests"
+DEV = SHARED / "maskbench-dev.jsonl.gz"
+
+
+@pytest.fixture
+def put_off_all(monkeypatch):
+    """Every certified value put off, however small (the thresholds only weigh cost against benefit)."""
+    monkeypatch.setattr(compiler_module, "MIN_DEFERRING_NODES", 0)
+    monkeypatch.setattr(deferral, "MIN_DEFERRED_SUBSCHEMAS", 1)
+
+
+def compiler(schema, **options) -> _Compiler:
+    c = _Compiler(schema, True, "compact", True, 20, "declared", True)
+    for name, value in options.items():
+        setattr(c, name, value)
+    return c
+
+
+def certified(schema, ptr: str) -> bool:
+    """The certificate of the subschema at ``ptr``, leaving out the question of whether it is worth putting off:
+    lowering it succeeds and some finite value satisfies it."""
+    c = compiler(schema)
+    c._certify(ptr)
+    return c._certified[ptr] and c._productive[ptr]
+
+
+def write_all(pushdown) -> int:
+    """Write every rule of ``pushdown`` put off, and those they put off in turn; returns how many rules it has."""
+    return len(pushdown.rules)
+
+
+def outcome(schema, lazy: bool):
+    """(error class, keyword, pointer) of a refusal, or a machine with every rule written."""
+    try:
+        grammar, _ = schema_to_grammar(schema, lazy=lazy)
+        pushdown = build_pushdown(grammar, lazy=True)
+    except StructureError as exc:
+        return type(exc).__name__, getattr(exc, "keyword", None), getattr(exc, "pointer", None)
+    return Machine(pushdown)
+
+
+NESTED = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "pattern": "^[a-z]+$"},
+        "tags": {"type": "array", "items": {"enum": ["x", "y"]}, "maxItems": 3},
+        "owner": {"$ref": "#/$defs/person"},
+        "kind": {"oneOf": [{"type": "integer", "minimum": 0}, {"type": "string", "format": "date"}]},
+    },
+    "required": ["name", "owner"],
+    "$defs": {
+        "person": {
+            "type": "object",
+            "properties": {
+                "age": {"type": "integer", "maximum": 150},
+                "friends": {"items": {"$ref": "#/$defs/person"}},
+            },
+            "required": ["age"],
+            "additionalProperties": False,
+        }
+    },
+}
+NESTED_VALUES = [
+    {"name": "ab", "owner": {"age": 3}},
+    {"name": "ab", "tags": ["x", "y"], "owner": {"age": 150, "friends": [{"age": 1, "friends": []}]}, "kind": 3},
+    {"name": "ab", "owner": {"age": 3}, "kind": "2024-02-29"},
+    {"name": "Ab", "owner": {"age": 3}},
+    {"name": "ab", "owner": {"age": 151}},
+    {"name": "ab", "owner": {"age": 3, "x": 1}},
+    {"name": "ab", "owner": {"age": 3, "friends": [{}]}},
+    {"name": "ab", "tags": ["x", "x", "y", "y"], "owner": {"age": 3}},
+    {"name": "ab", "owner": {"age": 3}, "kind": -1},
+    {"name": "ab", "owner": {"age": 3}, "kind": "2023-02-29"},
+    {"name": "ab"},
+]
+
+
+def test_certified_values_are_written_when_a_matcher_reaches_them(put_off_all):
+    grammar, _ = schema_to_grammar(NESTED, lazy=True)
+    assert {"schema:/properties/tags", "schema:/$defs/person", "schema:/properties/kind"} <= grammar.deferred
+    assert grammar.write_later is not None
+    m = Machine(build_pushdown(grammar, lazy=True))
+    rules = len(m.pushdown.names)
+    assert accepts(m, '{"name":"ab","owner":{"age":3}}')
+    reached = len(m.pushdown.names)
+    assert reached > rules  # the owner's rules were written, and joined the pushdown
+    for value in NESTED_VALUES:
+        assert accepts(m, dumps(value)) == valid(NESTED, value), value
+    write_all(m.pushdown)  # nothing left that could fail later
+    assert len(m.pushdown.names) > reached
+
+
+def test_a_lazy_structure_masks_like_the_eager_one_on_the_gemma_vocabulary(gemma_tokenizer, gemma_vocab, put_off_all):
+    lazy = compile_json_schema(NESTED, gemma_vocab)
+    eager = compile_json_schema(NESTED, gemma_vocab, lazy=False)
+    for value in NESTED_VALUES[:3]:
+        a, b = lazy.matcher(), eager.matcher()
+        for token in gemma_tokenizer.encode(dumps(value), add_special_tokens=False):
+            assert (a.mask() == b.mask()).all()
+            a.advance(token)
+            b.advance(token)
+        assert a.is_accepting() and b.is_accepting()
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"type": "string", "minLength": 5, "maxLength": 2},  # unsatisfiable
+        {"type": "string", "pattern": "^[a-z]+$", "maxLength": 3},  # an intersection
+        {"type": "string", "pattern": "[^\\s\\S]"},  # a pattern nothing matches
+        {"type": "string", "pattern": "(?<=a)b"},  # a pattern refused
+        {"type": "string", "format": "regex"},  # a format refused
+        {"type": "integer", "minimum": 1.2, "maximum": 1.8},  # no integer between
+        {"type": "integer", "multipleOf": 3},  # not in the certified set
+        {"oneOf": [{"type": "integer"}, {"type": "number"}]},  # overlapping branches
+        {"allOf": [{"type": "string"}]},  # a conjunction
+        {"not": {"type": "string"}},
+        {"type": "object", "minProperties": 1},
+        {"type": "object", "required": ["a"], "additionalProperties": False},  # a required name never allowed
+        {"type": "object", "required": ["a"], "properties": {"a": {"$ref": "#/properties/v"}}},  # never completes
+        {"enum": ["a"], "type": "integer"},  # no value of the type
+        {"type": "array", "minItems": 3, "maxItems": 1},
+        {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+        {"$schema": "http://json-schema.org/draft-07/schema#", "type": "string"},
+        {"type": "string", "maxLength": 100_000_000},
+        {"$ref": "#/properties/v"},  # a reference to itself
+        {"anyOf": [{"$ref": "#/properties/v"}, {"type": "null"}]},  # a cycle without descending
+        {"type": "object", "properties": {"\ud800": {"type": "string"}}},  # a name no UTF-8 text spells
+    ],
+)
+def test_what_lowering_could_refuse_or_find_empty_is_not_put_off(value, put_off_all):
+    schema = {"type": "object", "properties": {"v": value}}
+    assert not certified(schema, "/properties/v")
+    assert _same_outcomes(schema, [{}, {"v": "abc"}, {"v": 1}, {"v": None}, {"v": {}}, {"v": {"a": None}}])
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"type": "string"},
+        {"type": ["string", "null"], "maxLength": 4},
+        {"type": "string", "pattern": "^[a-z]{2,5}$"},
+        {"type": "string", "format": "date-time"},
+        {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        {"type": "integer", "minimum": 1, "maximum": 1},
+        {"enum": [1, "a", None]},
+        {"const": {"k": [1, 2]}},
+        {"anyOf": [{"type": "string"}, {"type": "null"}]},
+        {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+        {"type": "array", "items": {"$ref": "#/properties/v"}},  # a recursion that descends
+        {"type": "object", "properties": {"next": {"$ref": "#/properties/v"}}, "required": []},
+        {"type": "object", "additionalProperties": {"type": "integer"}, "required": ["a"]},
+    ],
+)
+def test_certified_values_are_put_off(value, put_off_all):
+    schema = {"type": "object", "properties": {"v": value}}
+    assert certified(schema, "/properties/v")
+    grammar, _ = schema_to_grammar(schema, lazy=True)
+    # put off when it reaches another subschema; a leaf is cheaper to lower than to write later
+    assert ("schema:/properties/v" in grammar.deferred) == (not value.keys().isdisjoint(deferral._REACHING))
+    assert _same_outcomes(schema, [{}, {"v": "abc"}, {"v": 1}, {"v": None}, {"v": {"k": [1, 2]}}, {"v": [[]]}])
+
+
+def _same_outcomes(schema, values) -> bool:
+    lazy, eager = outcome(schema, True), outcome(schema, False)
+    if isinstance(eager, tuple) or isinstance(lazy, tuple):
+        return lazy == eager
+    for value in values:
+        text = dumps(value)
+        assert accepts(lazy, text) == accepts(eager, text), value
+    write_all(lazy.pushdown)
+    return True
+
+
+def test_the_json_schema_test_suite_compiles_alike_lazy_and_eager(put_off_all):
+    """Every group of the suite (draft 2020-12, optional tests included): the same refusal, or the same verdict
+    on every test with every rule of the lazy grammar written afterwards. The oracle for a verdict is the eager
+    compile (whose agreement with ``jsonschema`` the suite test pins)."""
+    if not SUITE.is_dir():
+        pytest.skip(f"the JSON Schema Test Suite is not at {SUITE}")
+    groups = put_off = 0
+    for path in sorted(glob.glob(str(SUITE / "**" / "*.json"), recursive=True)):
+        for group in json.loads(Path(path).read_text()):
+            schema = group["schema"]
+            lazy, eager = outcome(schema, True), outcome(schema, False)
+            assert isinstance(lazy, tuple) == isinstance(eager, tuple), (path, group["description"], lazy, eager)
+            groups += 1
+            if isinstance(eager, tuple):
+                assert lazy == eager, (path, group["description"])
+                continue
+            for test in group["tests"]:
+                for variant in _key_orders(test["data"]):
+                    try:
+                        text = dumps(variant)
+                    except ValueError:
+                        continue
+                    assert accepts(lazy, text) == accepts(eager, text), (path, group["description"], text)
+            write_all(lazy.pushdown)
+            put_off += bool(schema_to_grammar(schema, lazy=True)[0].deferred)
+    print(f"{groups} groups, {put_off} with rules put off")
+    assert groups > 400 and put_off >= 5
+
+
+def subschema_pointers(node, ptr=""):
+    """The pointer of every object in ``node`` (some are not subschemas: a certificate must hold for those too)."""
+    if isinstance(node, dict):
+        yield ptr
+        for key, value in node.items():
+            yield from subschema_pointers(value, f"{ptr}/{key.replace('~', '~0').replace('/', '~1')}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from subschema_pointers(value, f"{ptr}/{i}")
+
+
+def certified_lower_alone(schema, limit: int | None = None) -> int:
+    """Lower every certified subschema of ``schema`` on its own, eagerly, in a compiler of its own: it must be
+    neither refused nor unsatisfiable, and its rule must complete. Returns how many were certified."""
+    try:
+        c = compiler(schema)
+    except JsonSchemaError:
+        return 0
+    pointers = list(subschema_pointers(schema))[1:]
+    if limit is not None:
+        pointers = random.Random(0).sample(pointers, min(limit, len(pointers)))
+    certified = 0
+    for ptr in pointers:
+        try:
+            if not c.deferrable(ptr):
+                continue
+        except JsonSchemaError:
+            continue
+        certified += 1
+        alone = compiler(schema, lazy=False)
+        alone.rules["root"] = alone.conj((_Part(ptr),), None)
+        _finalize(alone.rules, "root", alone.library, alone.origins)
+    return certified
+
+
+def test_a_certified_subschema_lowers_alone_and_can_complete(put_off_all):
+    """The certificate itself, on every object of every suite schema and of a sample of MaskBench's."""
+    certified = 0
+    for path in sorted(glob.glob(str(SUITE / "**" / "*.json"), recursive=True)):
+        for group in json.loads(Path(path).read_text()):
+            certified += certified_lower_alone(group["schema"])
+    if DEV.exists():
+        with gzip.open(DEV, "rt", encoding="utf-8") as f:
+            lines = f.readlines()
+        for line in random.Random(11).sample(lines, 300):
+            certified += certified_lower_alone(json.loads(line)["schema"], limit=40)
+    assert certified > 1000
+
+
+def test_maskbench_schemas_compile_alike_and_write_every_rule_put_off(put_off_all):
+    """A fixed sample of the dev set: the same refusals, and every rule put off written without an error (the
+    certificate holds on real schemas); instances are compared in the golden test, which compiles lazily."""
+    if not DEV.exists():
+        pytest.skip(f"MaskBench is not at {DEV}")
+    with gzip.open(DEV, "rt", encoding="utf-8") as f:
+        lines = f.readlines()
+    put_off = 0
+    for line in random.Random(7).sample(lines, 500):
+        schema = json.loads(line)["schema"]
+        lazy, eager = outcome(schema, True), outcome(schema, False)
+        if isinstance(eager, tuple) or isinstance(lazy, tuple):
+            assert lazy == eager
+            continue
+        before = len(lazy.pushdown.names)
+        write_all(lazy.pushdown)
+        put_off += len(lazy.pushdown.names) > before
+    print(f"{put_off} schemas with rules put off")
+    assert put_off > 100
+
+
+def _object(depth: int, width: int) -> dict:
+    """An object schema ``depth`` levels deep, ``width`` properties a level."""
+    if depth == 0:
+        return {"type": "integer"}
+    return {"type": "object", "properties": {f"p{i}": _object(depth - 1, width) for i in range(width)}}
+
+
+def test_what_is_put_off_by_default_is_worth_it():
+    """A value is put off when the schema has at least MIN_DEFERRING_NODES objects and arrays, at most
+    MAX_DEFERRING_NODES, and its subschema reaches MIN_DEFERRED_SUBSCHEMAS subschemas."""
+    big_value, small_value = _object(2, 3), {"type": "object", "properties": {"a": {"enum": [1]}}}
+    assert 3 < MIN_DEFERRED_SUBSCHEMAS <= 13  # the big value reaches 13 subschemas, the small one 3
+    filler = {f"f{i}": {"type": "array", "items": {"enum": [i]}} for i in range(MIN_DEFERRING_NODES)}
+    schema = {"type": "object", "properties": {"big": big_value, "small": small_value, **filler}}
+    deferred = schema_to_grammar(schema, lazy=True)[0].deferred
+    assert deferred == {"schema:/properties/big"}
+    few = {"type": "object", "properties": {"big": big_value, "small": small_value}}
+    assert not schema_to_grammar(few, lazy=True)[0].deferred
+    many = {"type": "object", "properties": {f"p{i}": big_value for i in range(MAX_DEFERRING_NODES // 10)}}
+    grammar, _ = schema_to_grammar(many, lazy=True)
+    assert not grammar.deferred and grammar.write_later is None
+
+
+def test_lenient_mode_and_the_default_of_schema_to_grammar_lower_everything(put_off_all):
+    schema = {"type": "object", "properties": {"a": {"type": "object", "properties": {"b": {"type": "string"}}}}}
+    assert not schema_to_grammar(schema)[0].deferred
+    assert not schema_to_grammar(schema, lazy=True, strict=False)[0].deferred
+    assert schema_to_grammar(schema, lazy=True)[0].deferred
+
+
+def test_writing_rules_later_leaves_no_reference_cycles_behind(put_off_all):
+    schemas = [NESTED, {"type": "array", "items": {"type": "object", "properties": {"a": {"type": "integer"}}}}]
+    for schema in schemas:
+        write_all(build_pushdown(schema_to_grammar(schema, lazy=True)[0], lazy=True))
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for schema in schemas:
+            write_all(build_pushdown(schema_to_grammar(schema, lazy=True)[0], lazy=True))
+        gc.collect()
+        ours = [
+            o for o in gc.garbage
+            if type(o).__module__.startswith("constrain")
+            or (inspect.isframe(o) and "constrain" in o.f_code.co_filename)
+            or (inspect.isfunction(o) and (o.__module__ or "").startswith("constrain"))
+        ]  # fmt: skip
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert not ours, ours[:5]
