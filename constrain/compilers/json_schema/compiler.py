@@ -98,8 +98,11 @@ class _Compiler(_Deferral, _Combinators, _EnumRules, _NumberRules, _StringRules,
         self._live: dict[_Part, list[str]] = {}
         self._done: dict[tuple[tuple[_Part, ...], int | None], Ref] | None = {} if strict else None
         #: Whether values whose subschema is certified are lowered later (:mod:`~constrain.compilers.json_schema.
-        #: deferral`): strict mode only, where a relaxation cannot wait to be noted.
-        self.lazy = lazy and strict and MIN_DEFERRING_NODES <= self.doc.containers <= MAX_DEFERRING_NODES
+        #: deferral`): strict mode only, where a relaxation cannot wait to be noted, and not with
+        #: property_order="any", whose per-schema budget would go to the objects whose texts are read first.
+        self.lazy = (
+            lazy and strict and not self.any_order and MIN_DEFERRING_NODES <= self.doc.containers <= MAX_DEFERRING_NODES
+        )
         #: The rules put off, each with the conjunction and depth it is written from.
         self.deferred: dict[str, tuple[tuple[_Part, ...], int | None]] = {}
         #: What writing a rule put off raised (its class and arguments), raised again if it is asked for again.
