@@ -157,7 +157,10 @@ class _Deferral:
     def _local(self, ptr: str) -> tuple[_Formula, tuple[str, ...], tuple[str, ...]] | None:
         """What the subschema at ``ptr`` needs of others: (its productivity, the subschemas applied to the same
         value, those applied to a part of it); None when it is not certified on its own."""
-        node = self.node(ptr)
+        try:
+            node = self.node(ptr)
+        except JsonSchemaError:  # lowering says where, when it comes to it
+            return None
         if node is True:
             return True, (), ()
         if type(node) is not dict or "$ptr" in node:
