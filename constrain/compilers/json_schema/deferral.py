@@ -28,6 +28,7 @@ from constrain.compilers.json_schema.document import _escape_token
 from constrain.compilers.json_schema.errors import _TIME_LIMIT, _NotNegatable, _TooLarge
 from constrain.compilers.json_schema.formats import _UNSUPPORTED_FORMATS
 from constrain.compilers.json_schema.keywords import _ANNOTATIONS, _DRAFT3_ONLY, _VALIDATION, _Part
+from constrain.compilers.json_schema.rules import _sccs
 from constrain.compilers.json_schema.strings import _string_automaton, _StringKey, _StringOutcome
 from constrain.compilers.json_schema.values import _is_utf8, _to_decimal
 from constrain.errors import JsonSchemaError
@@ -395,41 +396,8 @@ def _may_reach(node: Any, count: int) -> bool:
 
 def _on_cycles(graph: Mapping[str, list[str]]) -> set[str]:
     """The nodes of ``graph`` that lie on a cycle (a self-loop included); a node that is no key has no edge out."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
     out: set[str] = set()
-    for root in graph:
-        if root in index:
-            continue
-        work = [(root, iter(graph[root]))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, children = work[-1]
-            for child in children:
-                if child not in index:
-                    index[child] = low[child] = len(index)
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(graph.get(child, ()))))
-                    break
-                if child in on_stack:
-                    low[node] = min(low[node], index[child])
-            else:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
-                if low[node] == index[node]:
-                    component = []
-                    while True:
-                        member = stack.pop()
-                        on_stack.discard(member)
-                        component.append(member)
-                        if member == node:
-                            break
-                    if len(component) > 1 or node in graph.get(node, ()):
-                        out.update(component)
+    for component in _sccs(graph):
+        if len(component) > 1 or any(node in graph.get(node, ()) for node in component):
+            out.update(component)
     return out

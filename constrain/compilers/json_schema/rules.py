@@ -5,7 +5,7 @@ rules, alias cycles, reachability; :func:`~constrain.grammar.rules.build_pushdow
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Container, Mapping, Set
+from collections.abc import Collection, Container, Mapping, Set
 
 from constrain.compilers.json_schema.errors import _Unsatisfiable
 from constrain.errors import JsonSchemaError
@@ -253,7 +253,7 @@ def _cyclic_part(graph: Mapping[str, set[str]]) -> dict[str, set[str]]:
     return {name: targets for name, targets in graph.items() if out_degree[name]}
 
 
-def _sccs(graph: Mapping[str, set[str]]) -> list[set[str]]:
+def _sccs(graph: Mapping[str, Collection[str]]) -> list[set[str]]:
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     on: set[str] = set()

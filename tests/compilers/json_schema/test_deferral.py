@@ -8,10 +8,8 @@ schemas, each rule of a lazy grammar written to the end.
 
 from __future__ import annotations
 
-import gc
 import glob
 import gzip
-import inspect
 import json
 import random
 from pathlib import Path
@@ -28,7 +26,7 @@ from constrain.errors import JsonSchemaError, StructureError
 from constrain.grammar.rules import build_pushdown
 from constrain.runtime.pushdown import Machine
 
-from .test_json_schema import _key_orders, accepts, dumps, valid
+from .test_json_schema import _key_orders, accepts, cyclic_garbage, dumps, valid
 
 SHARED = Path(__file__).resolve().parents[3].parent / "shared" / "data"
 SUITE = SHARED / "json-schema-test-suite" / "tests"
@@ -336,25 +334,12 @@ def test_lenient_mode_and_the_default_of_schema_to_grammar_lower_everything(put_
 
 def test_writing_rules_later_leaves_no_reference_cycles_behind(put_off_all):
     schemas = [NESTED, {"type": "array", "items": {"type": "object", "properties": {"a": {"type": "integer"}}}}]
-    for schema in schemas:
-        write_all(build_pushdown(schema_to_grammar(schema, lazy=True)[0], lazy=True))
-    gc.collect()
-    gc.disable()
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
+
+    def run():
         for schema in schemas:
             write_all(build_pushdown(schema_to_grammar(schema, lazy=True)[0], lazy=True))
-        gc.collect()
-        ours = [
-            o for o in gc.garbage
-            if type(o).__module__.startswith("constrain")
-            or (inspect.isframe(o) and "constrain" in o.f_code.co_filename)
-            or (inspect.isfunction(o) and (o.__module__ or "").startswith("constrain"))
-        ]  # fmt: skip
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
-        gc.enable()
+
+    ours = cyclic_garbage(run)
     assert not ours, ours[:5]
 
 
