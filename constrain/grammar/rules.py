@@ -82,7 +82,7 @@ def build_pushdown(grammar: Grammar, *, deadline: float | None = None, lazy: boo
     bodies: list[Expr | None] = [grammar.rules.get(name) for name in names]
     calling = [body is None or bool(calls_of(body)) for body in bodies]
     _check_calls(names, bodies, range(len(names)), index)
-    origins = dict(grammar.origins)
+    origins = dict(grammar.origins)  # the rules written later add theirs
     # The rules still to write, and what writes them: dropped once none is left (it holds its compiler).
     unwritten = {index[name] for name in grammar.deferred}
     writer = [grammar.write_later]

@@ -473,14 +473,13 @@ class _Compiler(_Deferral, _Combinators, _EnumRules, _NumberRules, _StringRules,
         self.last_pointer = parts[0].ptr
         try:
             self.rules[name] = self.body(parts, depth, name)
+            fragment = self.grammar(name, known)
         except _OutOfTime as exc:
             where = _clean_pointer(str(exc)) or "/"
             failed = CompileTimeout, (f"writing the rule of {where} ran past the time limit", name)
-        except _Unsatisfiable as exc:  # a certificate that failed: refused where it was found
-            failed = JsonSchemaError, (exc.reason, exc.pointer, exc.keyword)
         except RecursionError:
             failed = JsonSchemaError, ("the schema nests too deeply to compile", _clean_pointer(self.last_pointer))
-        except JsonSchemaError as exc:
+        except JsonSchemaError as exc:  # unsatisfiable too: a certificate that failed, refused where it was found
             failed = JsonSchemaError, (exc.reason, exc.pointer, exc.keyword)
         except (AutomatonTooLarge, CompileTimeout) as exc:
             failed = type(exc), (str(exc), exc.rule, exc.origin)
@@ -488,7 +487,7 @@ class _Compiler(_Deferral, _Combinators, _EnumRules, _NumberRules, _StringRules,
             self._write_failed[name] = failed  # the class and arguments: a raised error would hold the frames
             raise failed[0](*failed[1])
         del self.deferred[name]
-        return self.grammar(name, known)
+        return fragment
 
 
 # ==============================================================================================================

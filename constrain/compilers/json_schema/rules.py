@@ -138,7 +138,7 @@ def _finalize(
     # The others (recursions, calls of unproductive or undefined rules) are walked, and walked again only when a
     # rule they call turns out productive.
     ok = {name for name in rules if name in library}
-    if outside:
+    if known or deferred:
         ok.update(r for calls in refs.values() for r in calls if r in outside)
     own = [name for name in rules if name not in ok]
     callers: dict[str, list[str]] = defaultdict(list)
@@ -226,9 +226,6 @@ class _Outside:
 
     def __contains__(self, name: object) -> bool:
         return name != self.start and (name in self.known or name in self.deferred)
-
-    def __bool__(self) -> bool:
-        return True
 
 
 def _cyclic_part(graph: Mapping[str, set[str]]) -> dict[str, set[str]]:

@@ -348,3 +348,19 @@ def test_property_order_any_lowers_everything(put_off_all):
     schema = {"type": "object", "properties": {"a": _object(2, 3), "b": _object(2, 3)}}
     assert schema_to_grammar(schema, lazy=True)[0].deferred
     assert not schema_to_grammar(schema, lazy=True, property_order="any")[0].deferred
+
+
+def test_a_rule_that_cannot_be_written_fails_the_same_way_each_time(put_off_all):
+    """A certificate that failed (here: a rule put off pointed at a string no value satisfies) is refused at the
+    step that reaches it, with the pointer, and again the same way if asked for again."""
+    never = {"type": "string", "minLength": 3, "maxLength": 1}
+    schema = {"type": "object", "properties": {"a": _object(2, 3)}, "$defs": {"never": never}}
+    grammar, _ = schema_to_grammar(schema, lazy=True)
+    (name,) = grammar.deferred
+    writer = grammar.write_later.__self__
+    writer.deferred[name] = ((_Part("/$defs/never"),), None)
+    machine = Machine(build_pushdown(grammar, lazy=True))
+    for _ in range(2):
+        with pytest.raises(JsonSchemaError) as caught:
+            accepts(machine, '{"a":{}}')
+        assert caught.value.pointer.startswith("/$defs/never/") and "unsatisfiable" in caught.value.reason
