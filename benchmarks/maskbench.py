@@ -48,8 +48,9 @@ mark was reported, so the run-wide peak is still the largest mark the parent saw
 
 Engine settings (the same compact text for everyone; see the notes printed with the table):
 
-- constrain: ``constrain.compilers.json_schema.compile_json_schema(schema, vocab)``; ``Matcher.fill_bitmask``.
-  Reported as "not available" while that module does not exist.
+- constrain: ``constrain.warmup(vocab)`` once at set-up, as a server starts;
+  ``constrain.compilers.json_schema.compile_json_schema(schema, vocab)``; ``Matcher.fill_bitmask``. Reported as
+  "not available" while that module does not exist.
 - llguidance: ``LLMatcher.grammar_from_json_schema`` + ``LLMatcher(LLTokenizer, grammar)`` (default options:
   flexible whitespace, no lenient mode); a matcher per test is a ``deep_copy`` of the compiled one;
   ``unsafe_compute_mask_ptr``.
@@ -265,10 +266,10 @@ class ConstrainEngine(Engine):
             from constrain.compilers.json_schema import compile_json_schema
         except ImportError as e:
             raise EngineUnavailable(f"constrain.compilers.json_schema is not available ({e})") from e
-        from constrain.automata.nfa import compile_kernels
+        from constrain.compilers.warmup import warmup
         from constrain.errors import TokenError
 
-        compile_kernels()  # from numba's cache: the kernels only a large automaton reaches, not charged to it
+        warmup(vocab)  # as a server starts: every kernel, the formats' automata, the vocabulary's shared walks
         self._compile = compile_json_schema
         self._token_error = TokenError
         self.vocab = vocab

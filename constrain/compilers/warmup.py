@@ -6,9 +6,9 @@ the cache. Without a warm-up that cost lands on the first request that happens t
 of a compile or of a decoding step. :func:`warmup` pays it up front by compiling one structure of each kind (regex,
 choices, JSON Schema, Lark, GBNF) for a small synthetic vocabulary and walking tokens through them with masks: the
 kernels' signatures depend on array types only, never on the vocabulary, so a real tokenizer's structures find them
-ready. It also builds the regex automaton of every supported JSON Schema ``format`` (up to tens of milliseconds
-each the first time, then kept per process). The vocabulary is built here rather than taken from
-:mod:`constrain.testing`, which the library never imports.
+ready. It also builds the automata of every supported JSON Schema ``format``, alone and as the language a
+pattern or a length is intersected with (up to tens of milliseconds each the first time, then kept per process).
+The vocabulary is built here rather than taken from :mod:`constrain.testing`, which the library never imports.
 
 Given the vocabulary that requests will use, :func:`warmup` also pays what the first structure for a vocabulary
 pays once per process: its store of lexical walks (:class:`~constrain.runtime.lexical.LexicalMasks`), and the
@@ -27,6 +27,7 @@ import numpy as np
 from constrain.automata.nfa import compile_kernels
 from constrain.compilers.api import compile as compile_structure
 from constrain.compilers.json_schema.formats import FORMAT_EXAMPLES
+from constrain.compilers.json_schema.strings import build_format_languages
 from constrain.compilers.specs import GBNF, Lark, Regex
 from constrain.errors import ArgumentError
 from constrain.kernels.bitmask import allocate_token_bitmask, apply_token_bitmask, bitmask_to_bool, bool_to_bitmask
@@ -132,6 +133,7 @@ def warmup(vocab: Vocabulary | None = None) -> float:
         for spec, texts in _CASES:
             _compile_and_walk(spec, texts, synthetic)
         _compile_and_walk(*_OPEN_OBJECT, _synthetic_vocabulary(holes=1))
+        build_format_languages()
         _bitmask_kernels(synthetic.size)
         if vocab is not None and vocab.fingerprint not in _warm_vocabularies:
             _warm_vocabulary(vocab)

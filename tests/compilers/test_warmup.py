@@ -123,6 +123,29 @@ def test_after_warmup_every_format_compiles_without_building_its_automaton(monke
         assert structure.matcher().validate_tokens(text) == len(text), name
 
 
+def test_after_warmup_a_format_beside_a_length_reads_its_language_ready(monkeypatch):
+    """A format beside a length bound (or a pattern) is read through its language over code points, built from
+    the format's regex: warmup() builds those too."""
+    from constrain import Vocabulary
+    from constrain.compilers.json_schema import compile_json_schema
+    from constrain.compilers.json_schema.cdfa import _CDFA
+    from constrain.compilers.json_schema.formats import FORMAT_EXAMPLES
+
+    warmup()
+
+    def no_new_language(pattern, *args, **kwargs):
+        raise AssertionError(f"a code-point automaton was built after warmup(): {pattern!r}")
+
+    monkeypatch.setattr(_CDFA, "from_regex", staticmethod(no_new_language))
+    vocab = Vocabulary.from_token_bytes([bytes([b]) for b in range(256)], eos_ids=[256])
+    for name, example in FORMAT_EXAMPLES.items():
+        structure = compile_json_schema({"type": "string", "format": name, "maxLength": 97}, vocab)
+        text = list(json.dumps(example).encode())
+        assert structure.matcher().validate_tokens(text) == len(text), name
+        too_long = list(json.dumps(example + "x" * 97).encode())
+        assert structure.matcher().validate_tokens(too_long) < len(too_long), name
+
+
 def test_format_examples_are_valid_values_of_their_formats():
     import jsonschema
 

@@ -110,6 +110,7 @@ class _Compiler(_Deferral, _Combinators, _EnumRules, _NumberRules, _StringRules,
         self._certified: dict[str, bool] = {}
         self._productive: dict[str, bool] = {}
         self._children: dict[str, tuple[str, ...]] = {}
+        self._certifiable: frozenset[str] | None = None
 
     # -- policy ----------------------------------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ from constrain.automata.regex import RegexError
 from constrain.compilers.json_schema.document import _escape_token
 from constrain.compilers.json_schema.errors import _TIME_LIMIT, _NotNegatable, _TooLarge
 from constrain.compilers.json_schema.formats import _UNSUPPORTED_FORMATS
-from constrain.compilers.json_schema.keywords import _ANNOTATIONS, _DRAFT3_ONLY, _VALIDATION, _Part
+from constrain.compilers.json_schema.keywords import _DRAFT3_ONLY, _VALIDATION, _Part
 from constrain.compilers.json_schema.rules import _sccs
 from constrain.compilers.json_schema.strings import _string_automaton, _StringKey, _StringOutcome
 from constrain.compilers.json_schema.values import _is_utf8, _to_decimal
@@ -60,6 +60,8 @@ MAX_CERTIFIED_MAGNITUDE = 10**15
 
 #: The keywords through which a subschema reaches others.
 _REACHING = frozenset({"$ref", "anyOf", "oneOf", "properties", "additionalProperties", "items"})
+_STRING_KEYWORDS = frozenset({"minLength", "maxLength", "pattern", "format"})
+_NUMBER_KEYWORDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
 _TYPE_NAMES = frozenset({"null", "boolean", "integer", "number", "string", "array", "object"})
 
 # A subschema's productivity: True, a pointer (productive when that subschema is), or ("any" | "all", terms).
@@ -70,7 +72,8 @@ class _Deferral:
     """The certificate of :mod:`~constrain.compilers.json_schema.deferral`, a mixin of
     :class:`~constrain.compilers.json_schema.compiler._Compiler` (its ``doc``, ``node``, ``known_here`` and
     ``pairwise_disjoint``). Verdicts are kept per pointer: ``_certified`` (lowering it succeeds, whatever it reaches)
-    and ``_productive`` (some finite value satisfies it)."""
+    and ``_productive`` (some finite value satisfies it); ``_certifiable`` is :data:`CERTIFIED_KEYWORDS` less those
+    the schema's draft does not know."""
 
     def deferrable(self, ptr: str) -> bool:
         """Whether the subschema at ``ptr`` is worth lowering later and may be: certified, productive, and
@@ -169,19 +172,16 @@ class _Deferral:
         if "$ref" in node and self.doc.legacy and self.known_here("$ref"):  # siblings are ignored
             target = self._target(ptr, node["$ref"])
             return None if target is None else (target, (target,), ())
+        certifiable = self._certifiable
+        if certifiable is None:
+            certifiable = self._certifiable = frozenset(kw for kw in CERTIFIED_KEYWORDS if self.known_here(kw))
         validation: list[str] = []
         for kw in node:
-            if kw in _ANNOTATIONS:
-                if kw == "$schema" and ptr:
-                    return None
-                continue
-            if kw in _DRAFT3_ONLY:
+            if kw in certifiable:
+                validation.append(kw)
+            elif kw in _VALIDATION or kw in _DRAFT3_ONLY or (kw == "$schema" and ptr):
                 return None
-            if kw not in _VALIDATION:
-                continue  # an unknown keyword: an annotation
-            if kw not in CERTIFIED_KEYWORDS or not self.known_here(kw):
-                return None
-            validation.append(kw)
+            # anything else is an annotation, known or not
         if "$ref" in node:
             target = self._target(ptr, node["$ref"]) if len(validation) == 1 else None
             return None if target is None else (target, (target,), ())
@@ -201,7 +201,9 @@ class _Deferral:
         types = set(types)
         if "enum" in node or "const" in node:
             return (True, (), ()) if self._some_value(node, validation, types) else None
-        if not (self._strings_hold(node) and self._numbers_hold(node, types)):
+        if not _STRING_KEYWORDS.isdisjoint(validation) and not self._strings_hold(node):
+            return None
+        if not _NUMBER_KEYWORDS.isdisjoint(validation) and not self._numbers_hold(node, types):
             return None
         terms: list[_Formula] = []
         below: list[str] = []
@@ -219,7 +221,8 @@ class _Deferral:
                 return None
             if "array" in types:
                 terms.append(needs)
-        return ("any", tuple(terms)), (), tuple(below)
+        productive = True if terms and terms[0] is True else ("any", tuple(terms))
+        return productive, (), tuple(below)
 
     def _target(self, ptr: str, ref: Any) -> str | None:
         try:
