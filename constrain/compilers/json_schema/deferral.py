@@ -11,7 +11,9 @@ would have dropped the property or refused the schema), and when some finite val
 each subschema it reaches (through references, branches, properties and items) against a small set of keywords
 whose lowering is known to succeed under simple conditions (:data:`CERTIFIED_KEYWORDS`); anything else (a
 conjunction, a negation, a count of properties) keeps the value eager. Patterns are certified by building their
-automaton now (it is shared per process, so the later lowering finds it built). A rule put off reads a byte first
+automaton now (it is shared per process, so the later lowering finds it built), and so are the keys of an object's
+one ``patternProperties`` pattern (kept per compile for its lowering, see
+:meth:`~constrain.compilers.json_schema.objects._ObjectRules.pattern_key`). A rule put off reads a byte first
 (a JSON value) and every cycle of references passes through a property or an item, so no left recursion can wait
 in it.
 """
@@ -29,7 +31,7 @@ from constrain.compilers.json_schema.errors import _TIME_LIMIT, _NotNegatable, _
 from constrain.compilers.json_schema.formats import _UNSUPPORTED_FORMATS
 from constrain.compilers.json_schema.keywords import _DRAFT3_ONLY, _VALIDATION, _Part
 from constrain.compilers.json_schema.rules import _sccs
-from constrain.compilers.json_schema.strings import _string_automaton, _StringKey, _StringOutcome
+from constrain.compilers.json_schema.strings import _searched, _string_automaton, _StringKey, _StringOutcome
 from constrain.compilers.json_schema.values import _is_utf8, _to_decimal
 from constrain.errors import JsonSchemaError
 
@@ -38,7 +40,7 @@ CERTIFIED_KEYWORDS = frozenset(
     {
         "type", "enum", "const", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
         "minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-        "$ref", "anyOf", "oneOf",
+        "$ref", "anyOf", "oneOf", "patternProperties",
     }
 )  # fmt: skip
 #: A value is put off only when its subschema reaches at least this many subschemas: writing a rule later costs a
@@ -59,7 +61,8 @@ MAX_CERTIFIED_NAME = 1_000
 MAX_CERTIFIED_MAGNITUDE = 10**15
 
 #: The keywords through which a subschema reaches others.
-_REACHING = frozenset({"$ref", "anyOf", "oneOf", "properties", "additionalProperties", "items"})
+_REACHING = frozenset({"$ref", "anyOf", "oneOf", "properties", "additionalProperties", "patternProperties", "items"})
+_OBJECT_KEYWORDS = frozenset({"properties", "required", "additionalProperties", "patternProperties"})
 _STRING_KEYWORDS = frozenset({"minLength", "maxLength", "pattern", "format"})
 _NUMBER_KEYWORDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
 _TYPE_NAMES = frozenset({"null", "boolean", "integer", "number", "string", "array", "object"})
@@ -70,10 +73,10 @@ _Formula = Any
 
 class _Deferral:
     """The certificate of :mod:`~constrain.compilers.json_schema.deferral`, a mixin of
-    :class:`~constrain.compilers.json_schema.compiler._Compiler` (its ``doc``, ``node``, ``known_here`` and
-    ``pairwise_disjoint``). Verdicts are kept per pointer: ``_certified`` (lowering it succeeds, whatever it reaches)
-    and ``_productive`` (some finite value satisfies it); ``_certifiable`` is :data:`CERTIFIED_KEYWORDS` less those
-    the schema's draft does not know."""
+    :class:`~constrain.compilers.json_schema.compiler._Compiler` (its ``doc``, ``node``, ``known_here``,
+    ``pairwise_disjoint`` and ``pattern_key``). Verdicts are kept per pointer: ``_certified`` (lowering it
+    succeeds, whatever it reaches) and ``_productive`` (some finite value satisfies it); ``_certifiable`` is
+    :data:`CERTIFIED_KEYWORDS` less those the schema's draft does not know."""
 
     def deferrable(self, ptr: str) -> bool:
         """Whether the subschema at ``ptr`` is worth lowering later and may be: certified, productive, and
@@ -209,7 +212,7 @@ class _Deferral:
         below: list[str] = []
         if types - {"object", "array"}:
             terms.append(True)
-        if "object" in types or "properties" in node or "required" in node or "additionalProperties" in node:
+        if "object" in types or not _OBJECT_KEYWORDS.isdisjoint(validation):
             needs = self._object_needs(ptr, node, below)
             if needs is None:
                 return None
@@ -340,7 +343,11 @@ class _Deferral:
                 return None
         members = {name: f"{ptr}/properties/{_escape_token(name)}" for name in props}
         below.extend(members.values())
-        closed = extra is False or (not self.ap_default and props and "additionalProperties" not in node)
+        if "patternProperties" in node and not self._patterns_hold(ptr, node["patternProperties"], extra, below):
+            return None
+        closed = extra is False or (
+            not self.ap_default and props and "additionalProperties" not in node and "patternProperties" not in node
+        )
         extra_ptr = None
         if isinstance(extra, dict):
             extra_ptr = f"{ptr}/additionalProperties"
@@ -356,6 +363,29 @@ class _Deferral:
             else:
                 needs.append(extra_ptr or True)
         return tuple(needs)
+
+    def _patterns_hold(self, ptr: str, patterns: Any, extra: Any, below: list[str]) -> bool:
+        """At most one ``patternProperties`` pattern, supported, that matches none of the names the object lists
+        (their values are then those of ``properties`` alone), and whose keys' automata can be built: they are built
+        now (:meth:`pattern_key`), for the lowering to read. Adds the pattern's subschema to ``below``."""
+        if not isinstance(patterns, dict) or len(patterns) > 1:
+            return False
+        node = self.node(ptr)
+        names = [*node.get("properties", {}), *node.get("required", [])]
+        for pattern in patterns:
+            try:
+                searched = _searched(pattern)
+            except (RegexError, _TooLarge):
+                return False
+            if any(searched.accepts(name) for name in names):
+                return False
+            below.append(f"{ptr}/patternProperties/{_escape_token(pattern)}")
+            for chosen in (frozenset({pattern}), frozenset()):
+                if not chosen and extra is False:
+                    continue  # a key no pattern matches has no valid value: no member, no key
+                if isinstance(self.pattern_key((pattern,), chosen, names), str):
+                    return False
+        return True
 
     @staticmethod
     def _array_needs(ptr: str, node: Mapping, below: list[str]) -> _Formula | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple
 
 from constrain.automata.limits import MAX_DFA_STATES
@@ -13,11 +13,19 @@ from constrain.compilers.json_schema.errors import _TIME_LIMIT, _check_time, _To
 from constrain.compilers.json_schema.keywords import _BRANCHING, _Part, _Shape
 from constrain.compilers.json_schema.layout import _child_depth, _Layout
 from constrain.compilers.json_schema.rules import _then
-from constrain.compilers.json_schema.strings import _key_except_dfa, _StringRules
+from constrain.compilers.json_schema.strings import (
+    _ENCODING_TOO_LARGE,
+    _KEYS_TOO_LARGE,
+    _build_key,
+    _Key,
+    _key_except_dfa,
+    _StringRules,
+)
 from constrain.compilers.json_schema.values import _is_utf8, _json_string
 from constrain.errors import AutomatonTooLarge, JsonSchemaError
 from constrain.grammar.ir import Alt, Automaton, Expr, Literal, Ref, Repeat, Seq, shared
 
+_MISSING = object()
 #: Most ``patternProperties`` patterns that apply to one object (the key space splits into 2**n regions).
 MAX_PATTERN_PROPERTIES = 4
 #: Members of an object read in place in one rule before the rest is a rule of its own; also the fan-out of the
@@ -616,30 +624,37 @@ class _ObjectRules:
                 if key is None:
                     continue
             else:
-                d = _CDFA.universal()
-                try:
-                    for p in order:
-                        d = (d.intersect(search_of[p]) if p in chosen else d.minus(search_of[p])).minimized()
-                    if names:
-                        d = d.minus(_CDFA.literals(names)).minimized()
-                    if allowed_names is not None:
-                        d = d.intersect(allowed_names).minimized()
-                except _TooLarge:
+                if allowed_names is None:
+                    found = self.pattern_key(tuple(order), frozenset(chosen), names)
+                else:
+                    found = _build_key(tuple(order), frozenset(chosen), names, allowed_names)
+                at = vparts[0] if vparts else ""
+                if found is _KEYS_TOO_LARGE:
                     self.refuse(
-                        _clean_pointer(vparts[0] if vparts else ""), "patternProperties",
-                        "the keys need too large an automaton", "not produced",
-                    )  # fmt: skip
+                        _clean_pointer(at), "patternProperties", "the keys need too large an automaton", "not produced"
+                    )
                     continue
-                if d.is_empty():
+                if found is _ENCODING_TOO_LARGE:
+                    keyword = "patternProperties" if order else "propertyNames"
+                    self.refuse(at, keyword, "the string constraints need too large an automaton", "any string allowed")
                     continue
-                quoted = self.encoded(d, vparts[0] if vparts else "", "patternProperties" if order else "propertyNames")
-                if quoted is None:
+                if found is None:
                     continue
-                key = quoted
+                key = found
             members.append(Seq((key, lay.colon, value)))
         if not members:
             return None
         return members[0] if len(members) == 1 else Alt(tuple(members))
+
+    def pattern_key(self, order: tuple[str, ...], chosen: frozenset[str], names: Iterable[str]) -> _Key:
+        """:func:`_build_key` without ``propertyNames``, kept per compile: the certificate of a value put off
+        (:mod:`~constrain.compilers.json_schema.deferral`) builds the keys of its objects' ``patternProperties``, and
+        their lowering, now or later, reads them here."""
+        memo_key = (order, chosen, frozenset(names))
+        found = self._pattern_keys.get(memo_key, _MISSING)
+        if found is _MISSING:
+            found = self._pattern_keys[memo_key] = _build_key(order, chosen, names, None)
+        return found
 
     def key_except(self, names: list[str], ptr: str) -> Ref | None:
         """A JSON string other than the given names (see :func:`_key_except_dfa`); None, refused at ``ptr``, when

@@ -4,6 +4,7 @@ their rules.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import Enum
 from functools import lru_cache
 from typing import NamedTuple
@@ -506,6 +507,36 @@ def _automaton_of(d: _CDFA, quoted: bool = False, budget: int = MAX_BYTE_STATES)
     if dfa.num_states > budget:
         raise _TooLarge("states")
     return Automaton(dfa)
+
+
+#: Why :func:`_build_key` has no automaton: the key language, or its JSON encoding, needs too large an automaton.
+_KEYS_TOO_LARGE = "the keys need too large an automaton"
+_ENCODING_TOO_LARGE = "the encoded keys need too large an automaton"
+#: What :func:`_build_key` gives: the keys' automaton, None when no key is left, or why it cannot be built.
+_Key = Expr | str | None
+
+
+def _build_key(order: tuple[str, ...], chosen: frozenset[str], names: Iterable[str], allowed: _CDFA | None) -> _Key:
+    """The JSON strings an additional member's key may be when, of the ``patternProperties`` patterns ``order`` (all
+    supported), exactly those in ``chosen`` match it somewhere, it is none of ``names``, and it is in ``allowed``
+    (``propertyNames``) when given."""
+    d = _CDFA.universal()
+    try:
+        for p in order:
+            d = (d.intersect(_searched(p)) if p in chosen else d.minus(_searched(p))).minimized()
+        names = list(names)
+        if names:
+            d = d.minus(_CDFA.literals(names)).minimized()
+        if allowed is not None:
+            d = d.intersect(allowed).minimized()
+    except _TooLarge:
+        return _KEYS_TOO_LARGE
+    if d.is_empty():
+        return None
+    try:
+        return _automaton_of(d.encode_json().minimized(), quoted=True)
+    except _TooLarge:
+        return _ENCODING_TOO_LARGE
 
 
 def _length_groups(lo: int, hi: int, b: int) -> list[tuple[int, int, int, int]]:

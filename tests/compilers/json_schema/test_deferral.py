@@ -157,6 +157,11 @@ def test_a_lazy_structure_masks_like_the_eager_one_on_the_gemma_vocabulary(gemma
         {"$ref": "#/properties/v"},  # a reference to itself
         {"anyOf": [{"$ref": "#/properties/v"}, {"type": "null"}]},  # a cycle without descending
         {"type": "object", "properties": {"\ud800": {"type": "string"}}},  # a name no UTF-8 text spells
+        {"type": "object", "patternProperties": {"^a": {"type": "string"}, "b$": {"type": "integer"}}},  # two
+        {"type": "object", "properties": {"ab": {"type": "string"}}, "patternProperties": {"^a": {"type": "integer"}}},
+        {"type": "object", "required": ["ab"], "patternProperties": {"^a": {"type": "integer"}}},  # a required match
+        {"type": "object", "patternProperties": {"(?<=a)b": {}}},  # a pattern refused
+        {"type": "object", "patternProperties": {"^a": {"allOf": [{"type": "string"}]}}},  # its value not certified
     ],
 )
 def test_what_lowering_could_refuse_or_find_empty_is_not_put_off(value, put_off_all):
@@ -181,6 +186,9 @@ def test_what_lowering_could_refuse_or_find_empty_is_not_put_off(value, put_off_
         {"type": "array", "items": {"$ref": "#/properties/v"}},  # a recursion that descends
         {"type": "object", "properties": {"next": {"$ref": "#/properties/v"}}, "required": []},
         {"type": "object", "additionalProperties": {"type": "integer"}, "required": ["a"]},
+        {"type": "object", "properties": {"id": {"type": "integer"}}, "patternProperties": {"^x-": {"type": "string"}}},
+        {"type": "object", "patternProperties": {"^[a-z]+$": {"type": "integer"}}, "additionalProperties": False},
+        {"patternProperties": {"^k": {"type": "array", "items": {"type": "integer"}}}},
     ],
 )
 def test_certified_values_are_put_off(value, put_off_all):
@@ -189,7 +197,8 @@ def test_certified_values_are_put_off(value, put_off_all):
     grammar, _ = schema_to_grammar(schema, lazy=True)
     # put off when it reaches another subschema; a leaf is cheaper to lower than to write later
     assert ("schema:/properties/v" in grammar.deferred) == (not value.keys().isdisjoint(deferral._REACHING))
-    assert _same_outcomes(schema, [{}, {"v": "abc"}, {"v": 1}, {"v": None}, {"v": {"k": [1, 2]}}, {"v": [[]]}])
+    values = [{}, {"v": "abc"}, {"v": 1}, {"v": None}, {"v": {"k": [1, 2]}}, {"v": [[]]}, {"v": {"id": 1, "x-a": "s"}}]
+    assert _same_outcomes(schema, [*values, {"v": {"x-a": 1}}, {"v": {"abc": 1}}, {"v": {"abc": "s", "A": 1}}])
 
 
 def _same_outcomes(schema, values) -> bool:
