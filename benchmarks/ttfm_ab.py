@@ -7,8 +7,9 @@ and the time of each mask while the schema's valid instances are forced token by
 Two worker processes, one per build (``PYTHONPATH`` set to its checkout, the same virtual environment), take each
 MaskBench schema in turn, the order alternating from schema to schema, so the machine's drift hits both alike.
 Before each schema a worker touches ``--flush-mb`` of memory, as the benchmark's other engine does between two
-of its schemas: a compile's TTFM depends on what is still in the CPU's caches. Each worker compiles and forces one
-small schema first (numba's kernels loaded or compiled); the first run of a fresh checkout also JIT-compiles its
+of its schemas: a compile's TTFM depends on what is still in the CPU's caches. Each worker starts as a server does,
+with ``constrain.warmup(vocab)`` (numba's kernels loaded or compiled; a build without it loads the determinisation
+kernels alone), and compiles and forces one small schema; the first run of a fresh checkout also JIT-compiles its
 kernels into its own cache, so run it twice and read the second.
 
 Prints both builds' TTFM p50 / p90 / p99 over the schemas both compiled, and the per-schema ratio (this checkout
@@ -50,7 +51,12 @@ def worker(sample: int, seed: int, flush_mb: int) -> None:
 
     tokenizer = load_gemma_tokenizer()
     vocab = Vocabulary.from_tokenizer(tokenizer)
-    compile_kernels()
+    try:  # as a server starts: every kernel a compile or a mask reaches, loaded before the first schema
+        from constrain import warmup
+    except ImportError:  # a build without it
+        compile_kernels()
+    else:
+        warmup(vocab)
     entries = mb.load_entries(mb.DEFAULT_DATA, sample=sample, seed=seed)
     bitmask = np.zeros((1, (vocab.size + 31) // 32), dtype=np.int32)
     ballast = np.zeros(flush_mb << 17)  # float64: flush_mb MiB

@@ -250,18 +250,32 @@ _IS_SPECIAL[_SPECIALS] = True
 @njit(cache=True, nogil=True)
 def _encode_json_flat(ptr, lo, hi, to, acc, codes, is_special):
     """:meth:`_CDFA.encode_json` over a flat automaton (the same states in the same order): the plain parts of
-    each edge, and a trie of escapes per state, entered by its backslash, whose states come after all others."""
+    each edge, and a backslash into a trie of the escapes, whose states come after all others. States whose
+    escaped characters lead to the same targets share one trie: most do (a pattern's states mostly send every
+    control character to one place), and a trie per state would multiply the states to encode and determinise
+    by the dozens of escapes it holds."""
     n = acc.shape[0]
+    num_codes = codes.shape[0]
     out_ptr = np.zeros(n + 1, dtype=np.int64)
     out_lo = np.empty(max(16, 2 * lo.shape[0]), dtype=np.int64)
     out_hi = np.empty(max(16, 2 * lo.shape[0]), dtype=np.int64)
     out_to = np.empty(max(16, 2 * lo.shape[0]), dtype=np.int64)
     trie = np.full((16, 128), -1, dtype=np.int64)  # the escape tries' states: target per character
     num_extra = 0
+    # the distinct escape targets met so far (one row per trie, its root beside it), found by hash
+    targets = np.empty((16, num_codes), dtype=np.int64)
+    roots = np.empty(16, dtype=np.int64)
+    num_tries = 0
+    slots = np.full(1 << 6, -1, dtype=np.int64)
+    while slots.shape[0] < 2 * n + 16:
+        slots = np.full(2 * slots.shape[0], -1, dtype=np.int64)
+    mask = slots.shape[0] - 1
+    target = np.empty(num_codes, dtype=np.int64)
     m = 0
     for s in range(n):
         row_start = m
-        node = -1  # the state after this state's backslash
+        target[:] = -1
+        escaped = False
         for e in range(ptr[s], ptr[s + 1]):
             a, b, t = lo[e], hi[e], to[e]
             for part in range(3):  # the plain parts: 0x20-0x21, 0x23-0x5B, 0x5D and up
@@ -274,40 +288,60 @@ def _encode_json_flat(ptr, lo, hi, to, acc, codes, is_special):
                     out_to = _grown(out_to, m + 1)
                     out_lo[m], out_hi[m], out_to[m] = x, y, t
                     m += 1
-            for cp in range(max(a, 0), min(b, 0x5C) + 1):
-                if not is_special[cp]:
-                    continue
-                if node < 0:
-                    node = n + num_extra
-                    num_extra += 1
-                    if num_extra > trie.shape[0]:
-                        grown = np.full((2 * trie.shape[0], 128), -1, dtype=np.int64)
-                        grown[: trie.shape[0]] = trie
-                        trie = grown
-                    out_lo = _grown(out_lo, m + 1)
-                    out_hi = _grown(out_hi, m + 1)
-                    out_to = _grown(out_to, m + 1)
-                    out_lo[m], out_hi[m], out_to[m] = 0x5C, 0x5C, node
-                    m += 1
-                at = node
-                length = 0
-                while length < codes.shape[1] and codes[cp, length] >= 0:
-                    length += 1
-                for i in range(length):
-                    ch = codes[cp, i]
-                    if i == length - 1:
-                        trie[at - n, ch] = t
-                    else:
-                        nxt = trie[at - n, ch]
-                        if nxt < 0:
-                            nxt = n + num_extra
-                            num_extra += 1
-                            if num_extra > trie.shape[0]:
-                                grown = np.full((2 * trie.shape[0], 128), -1, dtype=np.int64)
-                                grown[: trie.shape[0]] = trie
-                                trie = grown
-                            trie[at - n, ch] = nxt
-                        at = nxt
+            for cp in range(max(a, 0), min(b, num_codes - 1) + 1):
+                if is_special[cp]:
+                    target[cp] = t
+                    escaped = True
+        if escaped:
+            h = np.int64(1469598103934665603)
+            for cp in range(num_codes):
+                h = (h ^ (target[cp] + 2)) * np.int64(1099511628211)
+            slot = h & mask
+            node = -1
+            while slots[slot] >= 0:
+                k = slots[slot]
+                if (targets[k] == target).all():
+                    node = roots[k]
+                    break
+                slot = (slot + 1) & mask
+            if node < 0:  # a trie of its own, recorded for the states that escape alike
+                node = n + num_extra
+                num_extra += 1
+                if num_extra > trie.shape[0]:
+                    trie = _grown_rows(trie, num_extra)
+                for cp in range(num_codes):
+                    t = target[cp]
+                    if t < 0:
+                        continue
+                    at = node
+                    length = 0
+                    while length < codes.shape[1] and codes[cp, length] >= 0:
+                        length += 1
+                    for i in range(length):
+                        ch = codes[cp, i]
+                        if i == length - 1:
+                            trie[at - n, ch] = t
+                        else:
+                            nxt = trie[at - n, ch]
+                            if nxt < 0:
+                                nxt = n + num_extra
+                                num_extra += 1
+                                if num_extra > trie.shape[0]:
+                                    trie = _grown_rows(trie, num_extra)
+                                trie[at - n, ch] = nxt
+                            at = nxt
+                if num_tries == targets.shape[0]:
+                    targets = _grown_rows(targets, num_tries + 1)
+                    roots = _grown(roots, num_tries + 1)
+                targets[num_tries] = target
+                roots[num_tries] = node
+                slots[slot] = num_tries
+                num_tries += 1
+            out_lo = _grown(out_lo, m + 1)
+            out_hi = _grown(out_hi, m + 1)
+            out_to = _grown(out_to, m + 1)
+            out_lo[m], out_hi[m], out_to[m] = 0x5C, 0x5C, node
+            m += 1
         # the row sorted by (lo, hi, target): its parts are disjoint, so by lo; a short insertion sort
         for i in range(row_start + 1, m):
             x_lo, x_hi, x_to = out_lo[i], out_hi[i], out_to[i]
@@ -336,6 +370,16 @@ def _encode_json_flat(ptr, lo, hi, to, acc, codes, is_special):
 
 
 @njit(cache=True, nogil=True)
+def _grown_rows(table, rows):
+    """``table`` with room for at least ``rows`` rows (doubled; the new rows -1)."""
+    if rows <= table.shape[0]:
+        return table
+    grown = np.full((max(rows, 2 * table.shape[0]), table.shape[1]), -1, dtype=table.dtype)
+    grown[: table.shape[0]] = table
+    return grown
+
+
+@njit(cache=True, nogil=True)
 def _utf8_bytes(cp, length, out):
     """The UTF-8 bytes of ``cp`` in ``length`` bytes, into ``out``."""
     if length == 1:
@@ -352,7 +396,10 @@ def _byte_nfa_flat(ptr, lo, hi, to, acc, quoted):
     """The byte NFA :meth:`_CDFA.to_byte_dfa` determinises, over a flat automaton: ``(edges (src, lo, hi, dst)
     flattened, epsilons (src, dst) flattened, number of states, start, accept)``. State ``s`` is the automaton's
     own; a code-point range becomes its UTF-8 byte-range sequences (surrogates left out), and the sequences
-    leaving one state share the inner state of an equal leading range, so large classes stay small."""
+    leaving one state share the inner state of an equal leading range, so large classes stay small. A sequence
+    whose last bytes may be any continuation byte ends in a tail shared by every state that goes to the same
+    target (a class such as "anything but a digit", on every state of a pattern, is then a few states, not a
+    dozen per state)."""
     n = acc.shape[0]
     accept = n
     size = n + 1
@@ -376,6 +423,7 @@ def _byte_nfa_flat(ptr, lo, hi, to, acc, quoted):
     pending_len = np.empty(64, dtype=np.int64)
     blo = np.empty(4, dtype=np.int64)
     bhi = np.empty(4, dtype=np.int64)
+    tails = np.full((n, 3), -1, dtype=np.int64)  # (target, k): the state that reads k continuation bytes to it
     for s in range(n):
         num_made = 0
         for e in range(ptr[s], ptr[s + 1]):
@@ -426,6 +474,23 @@ def _byte_nfa_flat(ptr, lo, hi, to, acc, quoted):
                     continue
                 _utf8_bytes(a, length, blo)
                 _utf8_bytes(b, length, bhi)
+                # the last `full` bytes read any continuation byte: a tail shared by every state that goes to t
+                last = length - 1
+                while last >= 1 and blo[last] == 0x80 and bhi[last] == 0xBF:
+                    last -= 1
+                full = length - 1 - last
+                end = t
+                if full:
+                    for k in range(1, full + 1):
+                        tail = tails[t, k - 1]
+                        if tail < 0:
+                            tail = tails[t, k - 1] = size
+                            size += 1
+                            edges = _grown(edges, num + 4)
+                            edges[num], edges[num + 1], edges[num + 2], edges[num + 3] = tail, 0x80, 0xBF, end
+                            num += 4
+                        end = tail
+                    length = last + 1
                 state = s
                 for d in range(length - 1):
                     found = -1
@@ -449,7 +514,7 @@ def _byte_nfa_flat(ptr, lo, hi, to, acc, quoted):
                     state = found
                 edges = _grown(edges, num + 4)
                 d = length - 1
-                edges[num], edges[num + 1], edges[num + 2], edges[num + 3] = state, blo[d], bhi[d], t
+                edges[num], edges[num + 1], edges[num + 2], edges[num + 3] = state, blo[d], bhi[d], end
                 num += 4
         if acc[s]:
             if quoted:
