@@ -1,0 +1,53 @@
+"""A string automaton written as JSON bytes: escapes (one trie per distinct set of targets) and UTF-8 (shared
+continuation tails) keep the language exact and the automata small."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+
+import pytest
+
+from constrain.compilers.json_schema.cdfa import _CDFA
+from constrain.compilers.json_schema.cdfa_kernels import _byte_nfa_flat
+
+PATTERNS = ["[0-9a-f]{4}", "^[^,]+$", 'a"b', "^\\\\d[\\n\\t]?", "[é中😀]x", "^.{2,5}$", "[^\\u0080-\\u07ff]z"]
+ALPHABET = ["0", "a", "f", "x", "z", ",", '"', "\\", "\n", "\t", "\x01", "é", "ß", "中", "😀", "\u07ff", "d"]
+
+
+def _accepts(dfa, data: bytes) -> bool:
+    state = 0
+    for byte in data:
+        state = int(dfa.trans[state, byte])
+        if state < 0:
+            return False
+    return bool(dfa.accepting[state])
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_encoded_bytes_accept_exactly_the_json_bodies_of_the_matches(pattern):
+    rng = random.Random(pattern)
+    python = re.compile(re.sub(r"\$$", r"\\Z", pattern))  # ECMAScript's $ does not match before a final newline
+    dfa = _CDFA.from_regex(pattern, search=True).minimized().encode_json().minimized().to_byte_dfa()
+    texts = ["".join(rng.choice(ALPHABET) for _ in range(rng.randint(0, 7))) for _ in range(3000)]
+    texts += ["0a1f", 'a"b', "\\0\n", "é", "😀x", "ab"]
+    for text in texts:
+        body = json.dumps(text, ensure_ascii=False)[1:-1].encode()
+        assert _accepts(dfa, body) == bool(python.search(text)), (pattern, text)
+
+
+def test_states_that_escape_alike_share_one_trie():
+    """Every state of a search automaton sends the characters JSON escapes to the same place: one trie of escapes
+    (a backslash, ``u``, four hex digits and the short escapes) serves them all."""
+    d = _CDFA.from_regex("[0-9a-f]{32}", search=True).minimized()
+    encoded = d.encode_json()
+    assert encoded.n - d.n < 40 < 3 * d.n
+
+
+def test_continuation_bytes_to_one_state_share_their_tail():
+    """Each state reads the non-ASCII characters it does not name into the same state: the UTF-8 sequences'
+    trailing continuation bytes are then states shared by all of them, not a dozen per state."""
+    d = _CDFA.from_regex("[0-9]{40}", search=True).minimized()
+    _, _, size, _, _ = _byte_nfa_flat(*d.flat(), False)
+    assert size < 6 * d.n  # about 19 per state with a tail per state
