@@ -343,7 +343,8 @@ class _Deferral:
                 return None
         members = {name: f"{ptr}/properties/{_escape_token(name)}" for name in props}
         below.extend(members.values())
-        if "patternProperties" in node and not self._patterns_hold(ptr, node["patternProperties"], extra, below):
+        patterns = node.get("patternProperties", {})
+        if patterns and not self._patterns_hold(ptr, patterns, [*props, *required], extra, below):
             return None
         closed = extra is False or (
             not self.ap_default and props and "additionalProperties" not in node and "patternProperties" not in node
@@ -364,14 +365,12 @@ class _Deferral:
                 needs.append(extra_ptr or True)
         return tuple(needs)
 
-    def _patterns_hold(self, ptr: str, patterns: Any, extra: Any, below: list[str]) -> bool:
-        """At most one ``patternProperties`` pattern, supported, that matches none of the names the object lists
-        (their values are then those of ``properties`` alone), and whose keys' automata can be built: they are built
-        now (:meth:`pattern_key`), for the lowering to read. Adds the pattern's subschema to ``below``."""
+    def _patterns_hold(self, ptr: str, patterns: Any, names: list[str], extra: Any, below: list[str]) -> bool:
+        """At most one ``patternProperties`` pattern, supported, that matches none of the object's ``names`` (their
+        values are then those of ``properties`` alone), and whose keys' automata can be built: they are built now
+        (:meth:`pattern_key`), for the lowering to read. Adds the pattern's subschema to ``below``."""
         if not isinstance(patterns, dict) or len(patterns) > 1:
             return False
-        node = self.node(ptr)
-        names = [*node.get("properties", {}), *node.get("required", [])]
         for pattern in patterns:
             try:
                 searched = _searched(pattern)

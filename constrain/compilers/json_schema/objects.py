@@ -19,13 +19,13 @@ from constrain.compilers.json_schema.strings import (
     _build_key,
     _Key,
     _key_except_dfa,
+    _key_language,
     _StringRules,
 )
 from constrain.compilers.json_schema.values import _is_utf8, _json_string
 from constrain.errors import AutomatonTooLarge, JsonSchemaError
 from constrain.grammar.ir import Alt, Automaton, Expr, Literal, Ref, Repeat, Seq, shared
 
-_MISSING = object()
 #: Most ``patternProperties`` patterns that apply to one object (the key space splits into 2**n regions).
 MAX_PATTERN_PROPERTIES = 4
 #: Members of an object read in place in one rule before the rest is a rule of its own; also the fan-out of the
@@ -412,13 +412,7 @@ class _ObjectRules:
                     vparts.append(info.unevaluated)
             at = _clean_pointer(vparts[0] if vparts else sh.witnesses[0].ptr)
             try:
-                d = _CDFA.universal()
-                for p in order:
-                    d = (d.intersect(search_of[p]) if p in chosen else d.minus(search_of[p])).minimized()
-                if names:
-                    d = d.minus(_CDFA.literals([n for n in names if _is_utf8(n)])).minimized()
-                if allowed_names is not None:
-                    d = d.intersect(allowed_names).minimized()
+                d = _key_language(order, chosen, [n for n in names if _is_utf8(n)], allowed_names)
             except _TooLarge:
                 self.refuse(at, "patternProperties", "the keys need too large an automaton", "not produced")
                 continue
@@ -651,10 +645,9 @@ class _ObjectRules:
         (:mod:`~constrain.compilers.json_schema.deferral`) builds the keys of its objects' ``patternProperties``, and
         their lowering, now or later, reads them here."""
         memo_key = (order, chosen, frozenset(names))
-        found = self._pattern_keys.get(memo_key, _MISSING)
-        if found is _MISSING:
-            found = self._pattern_keys[memo_key] = _build_key(order, chosen, names, None)
-        return found
+        if memo_key not in self._pattern_keys:
+            self._pattern_keys[memo_key] = _build_key(order, chosen, names, None)
+        return self._pattern_keys[memo_key]
 
     def key_except(self, names: list[str], ptr: str) -> Ref | None:
         """A JSON string other than the given names (see :func:`_key_except_dfa`); None, refused at ``ptr``, when

@@ -4,7 +4,7 @@ their rules.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Set
 from enum import Enum
 from functools import lru_cache
 from typing import NamedTuple
@@ -516,19 +516,25 @@ _ENCODING_TOO_LARGE = "the encoded keys need too large an automaton"
 _Key = Expr | str | None
 
 
-def _build_key(order: tuple[str, ...], chosen: frozenset[str], names: Iterable[str], allowed: _CDFA | None) -> _Key:
-    """The JSON strings an additional member's key may be when, of the ``patternProperties`` patterns ``order`` (all
+def _key_language(order: Iterable[str], chosen: Set[str], names: Iterable[str], allowed: _CDFA | None) -> _CDFA:
+    """The decoded keys of an additional member when, of the ``patternProperties`` patterns ``order`` (all
     supported), exactly those in ``chosen`` match it somewhere, it is none of ``names``, and it is in ``allowed``
-    (``propertyNames``) when given."""
+    (``propertyNames``) when given; raises _TooLarge."""
     d = _CDFA.universal()
+    for p in order:
+        d = (d.intersect(_searched(p)) if p in chosen else d.minus(_searched(p))).minimized()
+    names = list(names)
+    if names:
+        d = d.minus(_CDFA.literals(names)).minimized()
+    if allowed is not None:
+        d = d.intersect(allowed).minimized()
+    return d
+
+
+def _build_key(order: tuple[str, ...], chosen: frozenset[str], names: Iterable[str], allowed: _CDFA | None) -> _Key:
+    """The JSON strings of :func:`_key_language`, as one automaton."""
     try:
-        for p in order:
-            d = (d.intersect(_searched(p)) if p in chosen else d.minus(_searched(p))).minimized()
-        names = list(names)
-        if names:
-            d = d.minus(_CDFA.literals(names)).minimized()
-        if allowed is not None:
-            d = d.intersect(allowed).minimized()
+        d = _key_language(order, chosen, names, allowed)
     except _TooLarge:
         return _KEYS_TOO_LARGE
     if d.is_empty():
