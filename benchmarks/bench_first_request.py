@@ -1,7 +1,8 @@
 """The first request after a fresh start: how long the first schema a new process sees takes to compile, its first
 mask, and the slowest mask while its first valid instance is forced, in a process that called
 ``constrain.warmup(vocab)`` (numba's kernels loaded from their on-disk cache, the vocabulary's shared walks made)
-with an empty constrain cache folder (no vocabulary file, no stored lexical walks).
+and ``constrain.collector.freeze()``, as ``constrain serve`` starts, with an empty constrain cache folder (no
+vocabulary file, no stored lexical walks).
 
 Run: .venv/bin/python benchmarks/bench_first_request.py [--trials 20] [--seed 0]
 
@@ -37,6 +38,7 @@ def trial(first: int, second: int) -> None:
     with tempfile.TemporaryDirectory() as empty:
         os.environ["CONSTRAIN_CACHE_DIR"] = empty
         import constrain
+        from constrain import collector
         from constrain.kernels.bitmask import allocate_token_bitmask
         from constrain.testing.maskbench import load_records, serialise
 
@@ -44,6 +46,7 @@ def trial(first: int, second: int) -> None:
         vocab = constrain.Vocabulary.from_tokenizer(tokenizer)
         vocab_s = time.perf_counter() - begun
         warmup_s = constrain.warmup(vocab)
+        collector.freeze()  # as `constrain serve` does once it is ready
         records = load_records(MASKBENCH)
         out = {"vocabulary_s": vocab_s, "warmup_s": warmup_s}
         bitmask = allocate_token_bitmask(1, vocab.size)

@@ -48,7 +48,7 @@ mark was reported, so the run-wide peak is still the largest mark the parent saw
 
 Engine settings (the same compact text for everyone; see the notes printed with the table):
 
-- constrain: ``constrain.warmup(vocab)`` once at set-up, as a server starts;
+- constrain: ``constrain.warmup(vocab)`` then ``constrain.collector.freeze()`` once at set-up, as a server starts;
   ``constrain.compilers.json_schema.compile_json_schema(schema, vocab)``; ``Matcher.fill_bitmask``. Reported as
   "not available" while that module does not exist.
 - llguidance: ``LLMatcher.grammar_from_json_schema`` + ``LLMatcher(LLTokenizer, grammar)`` (default options:
@@ -266,10 +266,12 @@ class ConstrainEngine(Engine):
             from constrain.compilers.json_schema import compile_json_schema
         except ImportError as e:
             raise EngineUnavailable(f"constrain.compilers.json_schema is not available ({e})") from e
+        from constrain import collector
         from constrain.compilers.warmup import warmup
         from constrain.errors import TokenError
 
         warmup(vocab)  # as a server starts: every kernel, the formats' automata, the vocabulary's shared walks
+        collector.freeze()  # as `constrain serve` does: start-up's objects out of every later full collection
         self._compile = compile_json_schema
         self._token_error = TokenError
         self.vocab = vocab

@@ -8,6 +8,10 @@ slower (their collection moves to the first mask, their garbage lives longer), s
 run :data:`PAUSE_AFTER` seconds pauses (see :func:`~constrain.automata.limits.deadline`). Reference
 counting still frees whatever a compile drops; cycles it leaves are collected once no pause is under way.
 
+A long-lived process can also take what it holds after start-up out of the collector's sight (:func:`freeze`):
+the tokenizer's tables, the imported modules and numba's dispatchers are hundreds of thousands of objects that
+every full collection would otherwise walk again, for 0.1 s or more each, in whatever mask or compile it lands in.
+
 The end of such a long compile also gives the C heap's free pages back to the system (glibc's ``malloc_trim``):
 the automata of a schema that needs hundreds of MiB for a moment are freed when it ends, but glibc keeps the
 pages of its heap, so without this one such schema would leave a long-lived process that much larger for good.
@@ -61,6 +65,15 @@ def resume() -> None:
             gc.enable()
     if release:
         release_free_memory()
+
+
+def freeze() -> None:
+    """Collect what start-up left, then move every object still alive to a generation no collection walks
+    (:func:`gc.freeze`): a server calls it once its model, vocabulary and :func:`~constrain.warmup` are ready, so a
+    full collection later walks only what requests made. Objects frozen are never collected, so only what lives for
+    the whole process should be alive when it is called."""
+    gc.collect()
+    gc.freeze()
 
 
 def release_free_memory() -> None:

@@ -16,6 +16,8 @@ import threading
 import time
 from typing import Any
 
+from constrain import collector
+
 __all__ = ["BackgroundServer", "create_app", "serve"]
 
 
@@ -27,9 +29,12 @@ def create_app(llm: Any, **options: Any) -> Any:
 
 
 def serve(llm: Any, host: str = "127.0.0.1", port: int = 8000, *, log_level: str = "info", **options: Any) -> None:
-    """Serve ``llm`` with uvicorn until interrupted (``options`` go to :func:`create_app`)."""
+    """Serve ``llm`` with uvicorn until interrupted (``options`` go to :func:`create_app`). The process is the
+    server's: what start-up made is frozen out of the collector's sight (:func:`constrain.collector.freeze`)."""
     uvicorn = _uvicorn()
-    uvicorn.run(create_app(llm, **options), host=host, port=port, log_level=log_level)
+    app = create_app(llm, **options)
+    collector.freeze()
+    uvicorn.run(app, host=host, port=port, log_level=log_level)
 
 
 class BackgroundServer:
