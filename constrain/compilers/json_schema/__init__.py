@@ -26,10 +26,13 @@ How the output is written
   constraint is exact. (``1.0`` is a valid integer that is simply never produced.)
 - Objects: the names of ``properties`` (then names only in ``required``) in that order, each present or absent,
   then additional properties (keys that are none of those names, when allowed) in any order. With
-  ``property_order="any"``, an object of at most :data:`MAX_ANY_ORDER_PROPERTIES` such names takes them in any
-  order, each at most once, additional properties anywhere among them (its rule keeps a state per set of names
-  read); a larger object, one that counts additional properties against ``minProperties``/``maxProperties``, or
-  one under a negated ``patternProperties``/``propertyNames``/``additionalProperties`` keeps the declared order.
+  ``property_order="any"``, an object of at most :data:`MAX_ANY_ORDER_LATER_PROPERTIES` such names takes them in
+  any order, each at most once, additional properties anywhere among them (one rule with a state per set of names
+  read for up to :data:`MAX_ANY_ORDER_PROPERTIES` names, past that, unless the object is one of several
+  alternatives of a branching keyword that may be objects, a rule per set, written when a matcher reaches it;
+  ``dependentRequired`` checked on the set of names read); a larger object, one that counts
+  additional properties against ``minProperties``/``maxProperties``, or one under a negated
+  ``patternProperties``/``propertyNames``/``additionalProperties`` keeps the declared order.
 
 Keywords
 --------
@@ -157,6 +160,7 @@ from constrain.compilers.json_schema.deferral import (
 from constrain.compilers.json_schema.layout import MAX_INDENT_DEPTH
 from constrain.compilers.json_schema.numbers import MAX_ENUMERATED_MULTIPLES, MAX_MODULUS
 from constrain.compilers.json_schema.objects import (
+    MAX_ANY_ORDER_LATER_PROPERTIES,
     MAX_ANY_ORDER_PROPERTIES,
     MAX_ANY_ORDER_STATES,
     MAX_ANY_ORDER_STATES_TOTAL,
@@ -176,6 +180,7 @@ __all__ = [
     "DEFAULT_TIME_LIMIT",
     "LENGTH_BLOCK",
     "LENGTH_BLOCK_THRESHOLD",
+    "MAX_ANY_ORDER_LATER_PROPERTIES",
     "MAX_ANY_ORDER_PROPERTIES",
     "MAX_ANY_ORDER_STATES",
     "MAX_ANY_ORDER_STATES_TOTAL",

@@ -25,6 +25,7 @@ from constrain.compilers.json_schema.keywords import (
     _NEGATABLE,
     _OBJECT_KEYWORDS,
     _VALIDATION,
+    MAX_DEPENDENCIES,
     _Part,
     _Shape,
 )
@@ -220,6 +221,8 @@ class _Combinators:
                 alternatives = [(_Part(f"{part.ptr}/oneOf/{i}"),) for i in range(len(node["oneOf"]))]
             else:
                 alternatives = [()]
+        if self.any_order_later and sum(self.may_be_object(base + tuple(extra)) for extra in alternatives) > 1:
+            self.object_branches.add((part.ptr, kw))
         options: list[Expr] = []
         failure: _Unsatisfiable | None = None
         for extra in alternatives:
@@ -247,6 +250,27 @@ class _Combinators:
             inlined.extend(_options(self.rules.get(ref.rule, ref)))
         unique = tuple(dict.fromkeys(inlined))
         return unique[0] if len(unique) == 1 else Alt(unique)
+
+    def may_be_object(self, parts: tuple[_Part, ...]) -> bool:
+        """Whether the conjunction ``parts`` may describe an object, going by its parts' own ``type``, ``const``
+        and ``enum`` (a reference, not followed, may)."""
+        for part in parts:
+            if part.neg is not None:
+                continue
+            node = self.node(part.ptr)
+            if not isinstance(node, Mapping):
+                if node is False:
+                    return False
+                continue
+            live = self.live_keys(part)
+            if "type" in live and "object" not in _kinds_of_type(node["type"]):
+                return False
+            if "const" in live and not isinstance(node["const"], Mapping):
+                return False
+            if "enum" in live and isinstance(node["enum"], list):
+                if not any(isinstance(value, Mapping) for value in node["enum"]):
+                    return False
+        return True
 
     def alternatives(self, part: _Part, kw: str, node: Mapping, parts: tuple[_Part, ...]) -> list[tuple[_Part, ...]]:
         ptr = part.ptr
@@ -298,7 +322,7 @@ class _Combinators:
             absent = self.synthetic(f"{ptr}/{kw}/{_escape_token(trigger)}", {"properties": {trigger: False}})
             present = (present,) if isinstance(present, _Part) else present
             choices.append([present] if trigger in required else [(absent,), present])
-        if len(choices) > 10:
+        if len(choices) > MAX_DEPENDENCIES:
             raise JsonSchemaError(
                 f"{kw!r} has too many conditional properties ({len(choices)})", _clean_pointer(f"{ptr}/{kw}"), kw
             )
@@ -740,6 +764,8 @@ class _Combinators:
                         sh.prop_names.append(_Part(f"{part.ptr}/propertyNames"))
                 elif kw in ("then", "else"):
                     continue  # without "if" they mean nothing
+                elif kw in ("dependentRequired", "dependencies"):  # names only, left unbranched (_Shape.dependents)
+                    sh.dependents.extend((trigger, tuple(names), at[0]) for trigger, names in value.items() if names)
                 else:  # pragma: no cover - every validation keyword is handled above or branched on
                     raise AssertionError(kw)
         if "boolean" in sh.kinds and not sh.bools:

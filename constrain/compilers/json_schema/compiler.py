@@ -4,7 +4,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence, Set
+import functools
+from collections.abc import Callable, Mapping, Sequence, Set
 from typing import Any
 
 from constrain import collector
@@ -103,8 +104,14 @@ class _Compiler(_Deferral, _Combinators, _EnumRules, _NumberRules, _StringRules,
         self.lazy = (
             lazy and strict and not self.any_order and MIN_DEFERRING_NODES <= self.doc.containers <= MAX_DEFERRING_NODES
         )
-        #: The rules put off, each with the conjunction and depth it is written from.
-        self.deferred: dict[str, tuple[tuple[_Part, ...], int | None]] = {}
+        #: Whether the sets of members an object of ``property_order="any"`` has read may be rules written when a
+        #: matcher first reaches them, for objects too large to read in one rule (:meth:`members_any_order_later`).
+        self.any_order_later = lazy and self.any_order
+        #: The branching keywords (pointer, keyword) of which more than one alternative may be an object: such
+        #: objects are read in one rule (:func:`~constrain.compilers.json_schema.objects._an_alternative`).
+        self.object_branches: set[tuple[str, str]] = set()
+        #: The rules put off, each with the pointer it is written for and what writes its body.
+        self.deferred: dict[str, tuple[str, Callable[[], Expr]]] = {}
         #: What writing a rule put off raised (its class and arguments), raised again if it is asked for again.
         self._write_failed: dict[str, tuple[type[Exception], tuple]] = {}
         self._certified: dict[str, bool] = {}
@@ -338,7 +345,7 @@ class _Compiler(_Deferral, _Combinators, _EnumRules, _NumberRules, _StringRules,
         name = self.new_name(parts, depth)
         self.memo[key] = name
         if defer and self.lazy and len(parts) == 1 and not parts[0].skip and self.deferrable(parts[0].ptr):
-            self.deferred[name] = (parts, depth)
+            self.deferred[name] = (parts[0].ptr, functools.partial(self.body, parts, depth, name))
             ref = done[given] = Ref(name)
             return ref
         try:
@@ -388,6 +395,8 @@ class _Compiler(_Deferral, _Combinators, _EnumRules, _NumberRules, _StringRules,
             node = self.node(part.ptr)
             for kw in _BRANCHING:
                 if kw in node and kw not in part.skip:
+                    if self.any_order and _names_only(node, kw):
+                        continue  # read by the object's rule (_Shape.dependents)
                     self.quick_check(parts)
                     return self.branch(parts, part, kw, depth)
         shape = self.merge(parts)
@@ -472,10 +481,9 @@ class _Compiler(_Deferral, _Combinators, _EnumRules, _NumberRules, _StringRules,
         failed = self._write_failed.get(name)
         if failed is not None:
             raise failed[0](*failed[1])
-        parts, depth = self.deferred[name]
-        self.last_pointer = parts[0].ptr
+        self.last_pointer, write = self.deferred[name]
         try:
-            self.rules[name] = self.body(parts, depth, name)
+            self.rules[name] = write()
             fragment = self.grammar(name, known)
         except _OutOfTime as exc:
             where = _clean_pointer(str(exc)) or "/"
@@ -491,6 +499,16 @@ class _Compiler(_Deferral, _Combinators, _EnumRules, _NumberRules, _StringRules,
             raise failed[0](*failed[1])
         del self.deferred[name]
         return fragment
+
+
+def _names_only(node: Mapping, kw: str) -> bool:
+    """Whether ``node[kw]`` is ``dependentRequired`` or ``dependencies`` whose every value is a list of names."""
+    value = node[kw]
+    return (
+        kw in ("dependentRequired", "dependencies")
+        and isinstance(value, Mapping)
+        and all(isinstance(names, list) and all(isinstance(n, str) for n in names) for names in value.values())
+    )
 
 
 # ==============================================================================================================
@@ -520,11 +538,14 @@ def schema_to_grammar(
     ``property_order``: ``"declared"`` writes an object's properties in the order of ``properties`` (then the
     names only in ``required``), additional ones last; ``"any"`` accepts them in any order, additional ones
     anywhere, for objects of at most :data:`~constrain.compilers.json_schema.objects.MAX_ANY_ORDER_PROPERTIES`
-    declared properties (a larger one keeps the declared order).
+    declared properties, or with ``lazy`` at most
+    :data:`~constrain.compilers.json_schema.objects.MAX_ANY_ORDER_LATER_PROPERTIES` (a larger one keeps the
+    declared order).
 
-    ``lazy`` (strict mode): the rules of property values and array items whose subschemas are certified
-    (:mod:`~constrain.compilers.json_schema.deferral`) are left out, named in the grammar's ``deferred`` and written
-    by its ``write_later`` when a pushdown first calls them; the grammar then holds the compiler until then.
+    ``lazy``: the rules of property values and array items whose subschemas are certified
+    (:mod:`~constrain.compilers.json_schema.deferral`; strict mode only), and those of the sets of members a large
+    object of ``property_order="any"`` has read, are left out, named in the grammar's ``deferred`` and written by its
+    ``write_later`` when a pushdown first calls them; the grammar then holds the compiler until then.
     """
     if whitespace not in ("compact", "flexible", "indent"):
         raise ArgumentError("whitespace", whitespace, "'compact', 'flexible' or 'indent'")

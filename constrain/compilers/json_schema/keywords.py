@@ -41,6 +41,9 @@ _OBJECT_KEYWORDS = frozenset(
 _EXPANDED = frozenset({"$ptr", "$ref", "$dynamicRef", "$recursiveRef", "allOf"})
 #: The values of ``type`` whose subschemas need no structure of their own.
 _SCALAR_TYPES = frozenset({"null", "boolean", "integer", "number", "string"})
+#: Most dependencies (``dependentRequired``, ``dependentSchemas``, ``dependencies``) one subschema may have where
+#: they split its value into an alternative per trigger present or absent.
+MAX_DEPENDENCIES = 10
 _BRANCHING = ("anyOf", "oneOf", "not", "if", "dependentRequired", "dependentSchemas", "dependencies")
 _NEGATABLE = frozenset(
     {
@@ -119,6 +122,10 @@ class _Shape:
         self.object_parts: list[_Part] = []
         self.required: dict[str, str] = {}
         self.forbidden: dict[str, str] = {}
+        #: ``dependentRequired`` (and ``dependencies`` of name lists) left to the object's rule under
+        #: ``property_order="any"``: (trigger, the names it needs, pointer), see
+        #: :meth:`~constrain.compilers.json_schema.objects._ObjectRules.dependents_split`.
+        self.dependents: list[tuple[str, tuple[str, ...], str]] = []
         self.min_props = 0
         self.min_props_at = ("", "")
         self.max_props: int | None = None

@@ -8,6 +8,7 @@ schemas, each rule of a lazy grammar written to the end.
 
 from __future__ import annotations
 
+import functools
 import glob
 import gzip
 import json
@@ -367,7 +368,7 @@ def test_a_rule_that_cannot_be_written_fails_the_same_way_each_time(put_off_all)
     grammar, _ = schema_to_grammar(schema, lazy=True)
     (name,) = grammar.deferred
     writer = grammar.write_later.__self__
-    writer.deferred[name] = ((_Part("/$defs/never"),), None)
+    writer.deferred[name] = ("/$defs/never", functools.partial(writer.body, (_Part("/$defs/never"),), None, name))
     machine = Machine(build_pushdown(grammar, lazy=True))
     for _ in range(2):
         with pytest.raises(JsonSchemaError) as caught:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import random
 import sys
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import pytest
 
 import constrain
 from constrain.compilers.json_schema import (
+    MAX_ANY_ORDER_LATER_PROPERTIES,
     MAX_ANY_ORDER_PROPERTIES,
     JsonSchemaError,
     compile_json_schema,
@@ -67,7 +69,7 @@ def check_every_order(schema, members, extras=None, repeat=None, **options) -> i
     declared = list(schema.get("properties", {}))
     reordered = 0
     for text, value, repeated in texts(members, extras or {}, repeat):
-        expected = jsonschema.Draft202012Validator(schema).is_valid(value) and not repeated
+        expected = jsonschema.validators.validator_for(schema)(schema).is_valid(value) and not repeated
         got = accepts(m, text)
         assert got == expected, (schema, text, expected)
         keys = [k for k in json.loads(text) if k in declared]
@@ -130,6 +132,136 @@ def test_declared_order_is_the_default_and_larger_objects_keep_it():
     in_order = "{" + ",".join(f'"p{i}":{i}' for i in range(n)) + "}"
     assert accepts(m, in_order)
     assert not accepts(m, "{" + ",".join(f'"p{i}":{i}' for i in reversed(range(n))) + "}")
+
+
+def sampled_texts(members: dict[str, object], extras: dict[str, object], count: int, seed: int):
+    """``count`` random orderings of random subsets of ``members`` and ``extras``, some with a declared name read
+    twice: ``(text, parsed value, repeats a declared name)``."""
+    rng = random.Random(seed)
+    pool = list(members.items()) + list(extras.items())
+    for _ in range(count):
+        chosen = rng.sample(pool, rng.randint(0, len(pool)))
+        if chosen and chosen[0][0] in members and rng.random() < 0.15:
+            chosen.insert(rng.randrange(len(chosen) + 1), chosen[0])
+        names = [k for k, _ in chosen]
+        yield "{" + ",".join(member(k, v) for k, v in chosen) + "}", dict(chosen), len(set(names)) < len(names)
+
+
+def check_sampled_orders(schema, members, extras=None, count=400, **options) -> int:
+    """Acceptance of :func:`sampled_texts` equals validity (and no repeated name) with lazy rules; returns how many
+    were accepted."""
+    grammar, _ = schema_to_grammar(schema, property_order="any", lazy=True, **options)
+    m = Machine(build_pushdown(grammar))
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    accepted = 0
+    for text, value, repeated in sampled_texts(members, extras or {}, count, seed=len(members)):
+        expected = validator.is_valid(value) and not repeated
+        got = accepts(m, text)
+        assert got == expected, (schema, text, expected)
+        accepted += got
+    return accepted
+
+
+def test_larger_objects_read_each_set_of_members_through_a_rule_written_when_reached():
+    """Past the bounds of one rule, a lazy compile names the rule of the members after each set read and writes it
+    when a text first reaches that set: the compile writes only what follows the first member."""
+    n = MAX_ANY_ORDER_PROPERTIES + 4
+    schema = {
+        "type": "object",
+        "properties": {f"p{i}": {"type": "integer", "minimum": i} for i in range(n)},
+        "required": ["p3", "p7"],
+        "minProperties": 3,
+        "maxProperties": 9,
+        "additionalProperties": False,
+    }
+    grammar, _ = schema_to_grammar(schema, property_order="any", lazy=True)
+    assert 0 < len(grammar.deferred) <= n
+    members = {f"p{i}": i for i in range(n)}
+    assert check_sampled_orders(schema, members) > 20
+    assert check_sampled_orders(schema, {**members, "p5": 4}) > 5  # texts holding p5 are never accepted
+
+
+def test_larger_objects_with_additional_members_anywhere_and_nested_objects():
+    n = MAX_ANY_ORDER_PROPERTIES + 2
+    inner = {"type": "object", "properties": {f"i{j}": {"type": "boolean"} for j in range(n)}, "required": ["i0"]}
+    schema = {
+        "type": "object",
+        "properties": {**{f"p{i}": {"type": "string"} for i in range(n)}, "inner": inner},
+        "patternProperties": {"^x-": {"type": "integer"}},
+        "additionalProperties": {"type": "null"},
+        "required": ["inner"],
+    }
+    members = {f"p{i}": str(i) for i in range(n)} | {"inner": {f"i{j}": j % 2 == 0 for j in range(n)}}
+    assert check_sampled_orders(schema, members, {"x-a": 1, "other": None, "x-b": "no"}) > 20
+    grammar, _ = schema_to_grammar(schema, property_order="any", lazy=True, whitespace="indent")
+    m = Machine(build_pushdown(grammar))
+    value = {"inner": {"i3": True, "i0": False}, "x-a": 2, "p4": "s", "p1": "t"}
+    assert accepts(m, json.dumps(value, indent=2))
+    assert not accepts(m, json.dumps({**value, "inner": {"i3": True}}, indent=2))  # the inner object lacks i0
+
+
+def test_larger_objects_past_the_lazy_bound_keep_the_declared_order():
+    n = MAX_ANY_ORDER_LATER_PROPERTIES + 1
+    schema = {"type": "object", "properties": {f"p{i}": {} for i in range(n)}}
+    grammar, _ = schema_to_grammar(schema, property_order="any", lazy=True)
+    m = Machine(build_pushdown(grammar))
+    assert accepts(m, '{"p0":0,"p1":1}') and not accepts(m, '{"p1":1,"p0":0}')
+
+
+def test_dependent_required_is_read_by_the_objects_rule_in_every_order():
+    """A trigger's names are checked on the set of members read, where the object's rule can track them; where it
+    cannot (a name that could be an additional member, a count of properties), the object is split into one
+    alternative per trigger present or absent, read in place."""
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {}, "c": {}, "d": {}},
+        "dependentRequired": {"a": ["b", "c"], "d": ["a"]},
+        "additionalProperties": False,
+    }
+    members = {"a": 1, "b": 2, "c": 3, "d": 4}
+    assert check_every_order(schema, members, {"z": 0}) > 0
+    assert check_every_order({**schema, "maxProperties": 3}, members) > 0
+    assert (
+        check_every_order(
+            {**schema, "additionalProperties": True, "dependentRequired": {"a": ["z"]}}, members, {"z": 0}
+        )
+        > 0
+    )
+    draft7 = {"$schema": "http://json-schema.org/draft-07/schema#", **schema, "dependencies": {"b": ["d"]}}
+    del draft7["dependentRequired"]
+    assert check_every_order(draft7, members) > 0
+    n = MAX_ANY_ORDER_PROPERTIES + 4
+    large = {
+        "type": "object",
+        "properties": {f"p{i}": {"type": "integer"} for i in range(n)},
+        "dependentRequired": {"p0": ["p5", "p9"], "p3": ["p0"], "p11": ["p1"]},
+    }
+    assert check_sampled_orders(large, {f"p{i}": i for i in range(n)}, {"x": None}) > 20
+
+
+def test_larger_objects_that_are_alternatives_of_a_branch_keep_the_declared_order():
+    """A branch reads its alternatives in place, so that one automaton follows them all. Larger objects' rules per
+    set of members would make each alternative a parse of its own to the object's end: here a dependency's 16
+    alternatives per level, multiplied at each level, more than a pushdown follows. Those alternatives that have
+    at most MAX_ANY_ORDER_PROPERTIES names (their triggers absent) still take any order."""
+    node = {"type": "object", "properties": {f"p{i}": {"$ref": "#"} for i in range(10)}}
+    node["dependencies"] = {f"p{i}": {"required": [f"p{i + 4}"]} for i in range(4)}
+    grammar, _ = schema_to_grammar(node, property_order="any", lazy=True)
+    m = Machine(build_pushdown(grammar))
+    compact = {"separators": (",", ":")}
+    every = {f"p{i}": {} for i in range(10)}
+    assert accepts(m, json.dumps(every, **compact))
+    assert not accepts(m, json.dumps(dict(reversed(every.items())), **compact))
+    validator = jsonschema.Draft7Validator(node)
+    rng = random.Random(0)
+    for _ in range(60):
+
+        def value(depth: int) -> dict:
+            names = rng.sample(range(10), rng.randint(0, 4 if depth else 7))
+            return {f"p{i}": value(depth - 1) if depth else {} for i in names}
+
+        nested = value(3)
+        assert accepts(m, json.dumps(nested, **compact)) == validator.is_valid(nested)
 
 
 def test_a_schema_with_many_objects_stays_within_its_state_budget():
