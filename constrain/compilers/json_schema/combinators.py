@@ -12,7 +12,13 @@ from itertools import islice, product
 from typing import Any
 
 from constrain.compilers.json_schema.document import _clean_pointer, _escape_token
-from constrain.compilers.json_schema.errors import _NotNegatable, _TooLarge, _Unsatisfiable, _verdict
+from constrain.compilers.json_schema.errors import (
+    _check_dependencies,
+    _NotNegatable,
+    _TooLarge,
+    _Unsatisfiable,
+    _verdict,
+)
 from constrain.compilers.json_schema.formats import _FORMATS, _UNSUPPORTED_FORMATS
 from constrain.compilers.json_schema.keywords import (
     _ANNOTATIONS,
@@ -25,7 +31,6 @@ from constrain.compilers.json_schema.keywords import (
     _NEGATABLE,
     _OBJECT_KEYWORDS,
     _VALIDATION,
-    MAX_DEPENDENCIES,
     _Part,
     _Shape,
 )
@@ -322,10 +327,7 @@ class _Combinators:
             absent = self.synthetic(f"{ptr}/{kw}/{_escape_token(trigger)}", {"properties": {trigger: False}})
             present = (present,) if isinstance(present, _Part) else present
             choices.append([present] if trigger in required else [(absent,), present])
-        if len(choices) > MAX_DEPENDENCIES:
-            raise JsonSchemaError(
-                f"{kw!r} has too many conditional properties ({len(choices)})", _clean_pointer(f"{ptr}/{kw}"), kw
-            )
+        _check_dependencies(len(choices), _clean_pointer(f"{ptr}/{kw}"), kw)
         return [tuple(p for conj in combo for p in conj) for combo in product(*choices)]
 
     def exclusive_one_of(self, branches: list[_Part]) -> list[tuple[_Part, ...]]:

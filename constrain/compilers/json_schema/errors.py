@@ -34,6 +34,17 @@ def _check_time(ptr: str = "") -> None:
         raise _OutOfTime(ptr) from None
 
 
+#: Most dependencies (``dependentRequired``, ``dependentSchemas``, ``dependencies``) one subschema may have where
+#: they split its value into an alternative per trigger present or absent.
+MAX_DEPENDENCIES = 10
+
+
+def _check_dependencies(count: int, pointer: str, keyword: str) -> None:
+    """Refuse ``count`` dependencies past :data:`MAX_DEPENDENCIES` (each doubles the alternatives)."""
+    if count > MAX_DEPENDENCIES:
+        raise JsonSchemaError(f"{keyword!r} has too many conditional properties ({count})", pointer, keyword)
+
+
 class _TooLarge(Exception):
     """A derived automaton or regex exceeds its budget."""
 

@@ -41,9 +41,6 @@ _OBJECT_KEYWORDS = frozenset(
 _EXPANDED = frozenset({"$ptr", "$ref", "$dynamicRef", "$recursiveRef", "allOf"})
 #: The values of ``type`` whose subschemas need no structure of their own.
 _SCALAR_TYPES = frozenset({"null", "boolean", "integer", "number", "string"})
-#: Most dependencies (``dependentRequired``, ``dependentSchemas``, ``dependencies``) one subschema may have where
-#: they split its value into an alternative per trigger present or absent.
-MAX_DEPENDENCIES = 10
 _BRANCHING = ("anyOf", "oneOf", "not", "if", "dependentRequired", "dependentSchemas", "dependencies")
 _NEGATABLE = frozenset(
     {

@@ -12,8 +12,15 @@ from typing import NamedTuple
 from constrain.automata.limits import MAX_DFA_STATES
 from constrain.compilers.json_schema.cdfa import _CDFA
 from constrain.compilers.json_schema.document import _clean_pointer, _escape_token
-from constrain.compilers.json_schema.errors import _TIME_LIMIT, _check_time, _TooLarge, _Unsatisfiable, _verdict
-from constrain.compilers.json_schema.keywords import _BRANCHING, MAX_DEPENDENCIES, _Part, _Shape
+from constrain.compilers.json_schema.errors import (
+    _TIME_LIMIT,
+    _check_dependencies,
+    _check_time,
+    _TooLarge,
+    _Unsatisfiable,
+    _verdict,
+)
+from constrain.compilers.json_schema.keywords import _BRANCHING, _Part, _Shape
 from constrain.compilers.json_schema.layout import _child_depth, _Layout
 from constrain.compilers.json_schema.rules import _options, _then
 from constrain.compilers.json_schema.strings import (
@@ -259,13 +266,8 @@ class _ObjectRules:
         for trigger, needs, at in sh.dependents:
             present = (trigger, needs, at, True)
             choices.append([present] if trigger in sh.required else [(trigger, needs, at, False), present])
-        if len(choices) > MAX_DEPENDENCIES:
-            at = sh.dependents[0][2]
-            raise JsonSchemaError(
-                f"{at.rpartition('/')[2]!r} has too many conditional properties ({len(choices)})",
-                _clean_pointer(at),
-                at.rpartition("/")[2],
-            )
+        at = sh.dependents[0][2]
+        _check_dependencies(len(choices), _clean_pointer(at), at.rpartition("/")[2])
         options: list[Expr] = []
         failure: _Unsatisfiable | None = None
         for k, combo in enumerate(itertools.product(*choices)):

@@ -239,6 +239,20 @@ def test_dependent_required_is_read_by_the_objects_rule_in_every_order():
     assert check_sampled_orders(large, {f"p{i}": i for i in range(n)}, {"x": None}) > 20
 
 
+def test_many_dependencies_are_refused_where_they_split_the_object_and_tracked_where_they_do_not():
+    names = [f"p{i}" for i in range(12)]
+    schema = {
+        "type": "object",
+        "properties": {name: {"type": "integer"} for name in names},
+        "dependentRequired": {name: ["p11"] for name in names[:11]},
+    }
+    for options in ({}, {"property_order": "any"}):  # x0..x10 could be additional names: split
+        with pytest.raises(JsonSchemaError) as err:
+            schema_to_grammar({**schema, "dependentRequired": {f"x{i}": ["p0"] for i in range(11)}}, **options)
+        assert err.value.keyword == "dependentRequired" and err.value.pointer == "/dependentRequired"
+    assert check_sampled_orders(schema, {name: 1 for name in names}) > 20
+
+
 def test_larger_objects_that_are_alternatives_of_a_branch_keep_the_declared_order():
     """A branch reads its alternatives in place, so that one automaton follows them all. Larger objects' rules per
     set of members would make each alternative a parse of its own to the object's end: here a dependency's 16
