@@ -226,6 +226,24 @@ def _():
     return {"enum": ["b" * 1_000_000]}
 
 
+@_case(
+    "any-order-64-names-read",
+    'JSON Schema object of 64 names under property_order="any", read in reverse order: a rule written per name read',
+)
+def _(vocab, limit):
+    import json
+
+    import constrain
+    from constrain.testing.walks import accepts_text
+
+    names = [f"n{i:011d}" for i in range(64)]  # 14 bytes each as JSON: within MAX_ANY_ORDER_LATER_NAME_BYTES
+    schema = {"type": "object", "properties": {name: {"type": "integer"} for name in names}}
+    structure = constrain.compile(schema, vocab, time_limit=limit, cache=False, property_order="any")
+    text = json.dumps({name: i for i, name in enumerate(reversed(names))}, separators=(",", ":"))
+    if not accepts_text(structure, text):
+        raise AssertionError("the object's names were not accepted in reverse order")
+
+
 # -- running ------------------------------------------------------------------------------------------------------
 
 

@@ -160,6 +160,7 @@ from constrain.compilers.json_schema.deferral import (
 from constrain.compilers.json_schema.layout import MAX_INDENT_DEPTH
 from constrain.compilers.json_schema.numbers import MAX_ENUMERATED_MULTIPLES, MAX_MODULUS
 from constrain.compilers.json_schema.objects import (
+    MAX_ANY_ORDER_LATER_NAME_BYTES,
     MAX_ANY_ORDER_LATER_PROPERTIES,
     MAX_ANY_ORDER_PROPERTIES,
     MAX_ANY_ORDER_STATES,
@@ -180,6 +181,7 @@ __all__ = [
     "DEFAULT_TIME_LIMIT",
     "LENGTH_BLOCK",
     "LENGTH_BLOCK_THRESHOLD",
+    "MAX_ANY_ORDER_LATER_NAME_BYTES",
     "MAX_ANY_ORDER_LATER_PROPERTIES",
     "MAX_ANY_ORDER_PROPERTIES",
     "MAX_ANY_ORDER_STATES",

@@ -53,6 +53,10 @@ MAX_ANY_ORDER_STATES_TOTAL = 16_384
 #: read is then a rule of its own, written when a matcher first reaches it, reading up to this many names. A larger
 #: object, or one met where rules cannot be written later, keeps the declared order.
 MAX_ANY_ORDER_LATER_PROPERTIES = 64
+#: Most bytes the names of such an object may take in all: each rule written for a set of names read reads the names
+#: left in place (an automaton state per byte, 1 KiB in a pushdown), so a text holding the object adds at most
+#: this many states per name it reads.
+MAX_ANY_ORDER_LATER_NAME_BYTES = 1_024
 
 
 #: Most negated ``patternProperties`` / ``propertyNames`` / ``additionalProperties`` (each needs a member that
@@ -238,6 +242,7 @@ class _ObjectRules:
             any_order
             and self.any_order_later
             and len(items) <= MAX_ANY_ORDER_LATER_PROPERTIES
+            and sum(len(_json_string(key).encode()) for key, _, _ in items) <= MAX_ANY_ORDER_LATER_NAME_BYTES
             and not self.among_objects(sh.parts)
         ):
             order = _AnyOrder(self, items, values, extra, dependents, sh, lay, name)

@@ -21,6 +21,7 @@ import pytest
 
 import constrain
 from constrain.compilers.json_schema import (
+    MAX_ANY_ORDER_LATER_NAME_BYTES,
     MAX_ANY_ORDER_LATER_PROPERTIES,
     MAX_ANY_ORDER_PROPERTIES,
     JsonSchemaError,
@@ -200,12 +201,17 @@ def test_larger_objects_with_additional_members_anywhere_and_nested_objects():
     assert not accepts(m, json.dumps({**value, "inner": {"i3": True}}, indent=2))  # the inner object lacks i0
 
 
-def test_larger_objects_past_the_lazy_bound_keep_the_declared_order():
-    n = MAX_ANY_ORDER_LATER_PROPERTIES + 1
-    schema = {"type": "object", "properties": {f"p{i}": {} for i in range(n)}}
-    grammar, _ = schema_to_grammar(schema, property_order="any", lazy=True)
-    m = Machine(build_pushdown(grammar))
-    assert accepts(m, '{"p0":0,"p1":1}') and not accepts(m, '{"p1":1,"p0":0}')
+def test_larger_objects_past_the_lazy_bounds_keep_the_declared_order():
+    """Past MAX_ANY_ORDER_LATER_PROPERTIES names, or MAX_ANY_ORDER_LATER_NAME_BYTES of names (each rule written
+    for a set reads the names left)."""
+    many = [f"p{i}" for i in range(MAX_ANY_ORDER_LATER_PROPERTIES + 1)]
+    long = ["p0", "p1"] + [f"{i:0{MAX_ANY_ORDER_LATER_NAME_BYTES // 8}d}" for i in range(10)]
+    for names in (many, long, long[:9]):
+        schema = {"type": "object", "properties": {name: {} for name in names}}
+        grammar, _ = schema_to_grammar(schema, property_order="any", lazy=True)
+        m = Machine(build_pushdown(grammar))
+        assert accepts(m, '{"p0":0,"p1":1}')
+        assert accepts(m, '{"p1":1,"p0":0}') == (names is not many and names is not long)
 
 
 def test_dependent_required_is_read_by_the_objects_rule_in_every_order():
