@@ -119,7 +119,9 @@ class _ObjectRules:
     ``evaluated_beside`` (:class:`~constrain.compilers.json_schema.combinators._Combinators`); and on ``search``,
     ``string_cdfa`` and ``encoded`` (:class:`~constrain.compilers.json_schema.strings._StringRules`)."""
 
-    def object_expr(self, sh: _Shape, depth: int | None, name: str) -> Expr:
+    def object_expr(self, sh: _Shape, depth: int | None, name: str, *, alternative: bool = False) -> Expr:
+        """The object of ``sh``. ``alternative``: it is one of several alternatives read in place (see
+        :meth:`among_objects`)."""
         if sh.max_props is not None and sh.min_props > sh.max_props:
             raise self.unsatisfiable(
                 f"minProperties {sh.min_props} is above maxProperties {sh.max_props}", *sh.min_props_at
@@ -243,6 +245,7 @@ class _ObjectRules:
             and self.any_order_later
             and len(items) <= MAX_ANY_ORDER_LATER_PROPERTIES
             and sum(len(_json_string(key).encode()) for key, _, _ in items) <= MAX_ANY_ORDER_LATER_NAME_BYTES
+            and not alternative
             and not self.among_objects(sh.parts)
         ):
             order = _AnyOrder(self, items, values, extra, dependents, sh, lay, name)
@@ -273,22 +276,25 @@ class _ObjectRules:
             choices.append([present] if trigger in sh.required else [(trigger, needs, at, False), present])
         at = sh.dependents[0][2]
         _check_dependencies(len(choices), _clean_pointer(at), at.rpartition("/")[2])
+        combos = list(itertools.product(*choices))
         options: list[Expr] = []
         failure: _Unsatisfiable | None = None
-        for k, combo in enumerate(itertools.product(*choices)):
-            alternative = copy.copy(sh)
-            alternative.dependents = []
-            alternative.required, alternative.forbidden = dict(sh.required), dict(sh.forbidden)
+        for k, combo in enumerate(combos):
+            shape = copy.copy(sh)
+            shape.dependents = []
+            shape.required, shape.forbidden = dict(sh.required), dict(sh.forbidden)
             for trigger, needs, at, present in combo:
                 if present:
                     for key in (trigger, *needs):
-                        alternative.required.setdefault(key, at)
+                        shape.required.setdefault(key, at)
                 else:
-                    alternative.forbidden.setdefault(trigger, at)
+                    shape.forbidden.setdefault(trigger, at)
             try:
-                options.extend(_options(self.object_expr(alternative, depth, f"{name}/dependents{k}")))
+                expr = self.object_expr(shape, depth, f"{name}/dependents{k}", alternative=len(combos) > 1)
             except _Unsatisfiable as exc:
                 failure = failure or _verdict(exc)
+                continue
+            options.extend(_options(expr))
         if not options:
             assert failure is not None
             raise failure

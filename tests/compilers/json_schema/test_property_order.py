@@ -259,29 +259,34 @@ def test_many_dependencies_are_refused_where_they_split_the_object_and_tracked_w
     assert check_sampled_orders(schema, {name: 1 for name in names}) > 20
 
 
+def nested_value(rng: random.Random, depth: int, *, ordered: bool) -> dict:
+    """Objects of names ``p0``..``p9`` nested ``depth`` levels, their keys in a random order or sorted."""
+    keys = rng.sample(range(10), rng.randint(0, 4 if depth else 7))
+    keys = sorted(keys) if ordered else keys
+    return {f"p{i}": nested_value(rng, depth - 1, ordered=ordered) if depth else {} for i in keys}
+
+
 def test_larger_objects_that_are_alternatives_of_a_branch_keep_the_declared_order():
     """A branch reads its alternatives in place, so that one automaton follows them all. Larger objects' rules per
     set of members would make each alternative a parse of its own to the object's end: here a dependency's 16
     alternatives per level, multiplied at each level, more than a pushdown follows. Those alternatives that have
     at most MAX_ANY_ORDER_PROPERTIES names (their triggers absent) still take any order."""
     node = {"type": "object", "properties": {f"p{i}": {"$ref": "#"} for i in range(10)}}
-    node["dependencies"] = {f"p{i}": {"required": [f"p{i + 4}"]} for i in range(4)}
-    grammar, _ = schema_to_grammar(node, property_order="any", lazy=True)
-    m = Machine(build_pushdown(grammar))
+    schemas = {"dependencies": {f"p{i}": {"required": [f"p{i + 4}"]} for i in range(4)}}
+    # triggers that could be additional names: the object is split the same way, all its alternatives large
+    names = {"dependentRequired": {f"x{i}": [f"p{i}"] for i in range(4)}}
     compact = {"separators": (",", ":")}
-    every = {f"p{i}": {} for i in range(10)}
-    assert accepts(m, json.dumps(every, **compact))
-    assert not accepts(m, json.dumps(dict(reversed(every.items())), **compact))
-    validator = jsonschema.Draft7Validator(node)
-    rng = random.Random(0)
-    for _ in range(60):
-
-        def value(depth: int) -> dict:
-            names = rng.sample(range(10), rng.randint(0, 4 if depth else 7))
-            return {f"p{i}": value(depth - 1) if depth else {} for i in names}
-
-        nested = value(3)
-        assert accepts(m, json.dumps(nested, **compact)) == validator.is_valid(nested)
+    for split, validator in ((schemas, jsonschema.Draft7Validator), (names, jsonschema.Draft202012Validator)):
+        schema = {**node, **split}
+        grammar, _ = schema_to_grammar(schema, property_order="any", lazy=True)
+        m = Machine(build_pushdown(grammar))
+        every = {f"p{i}": {} for i in range(10)}
+        assert accepts(m, json.dumps(every, **compact))
+        assert not accepts(m, json.dumps(dict(reversed(every.items())), **compact))
+        rng = random.Random(0)
+        for _ in range(60):
+            nested = nested_value(rng, 3, ordered=split is names)  # names: every alternative in the declared order
+            assert accepts(m, json.dumps(nested, **compact)) == validator(schema).is_valid(nested)
 
 
 def test_a_schema_with_many_objects_stays_within_its_state_budget():
