@@ -133,7 +133,8 @@ The package, by concern (imports point one way: from the core to the concerns, t
 - :mod:`.compiler`: the core (:class:`~.compiler._Compiler`: conjunctions of parts become rules), and
   :func:`schema_to_grammar` and :func:`compile_json_schema`. The concerns are its mixins:
   :mod:`.combinators` (``anyOf``/``oneOf``/``not``/``if``, negation, the merging of ``allOf`` into a shape),
-  :mod:`.enums` (``enum``/``const``), :mod:`.numbers`, :mod:`.strings`, :mod:`.arrays` and :mod:`.objects`;
+  :mod:`.enums` (``enum``/``const``), :mod:`.numbers`, :mod:`.strings`, :mod:`.arrays`, :mod:`.objects` and
+  :mod:`.any_order` (the members of objects under ``property_order="any"``, which :mod:`.objects` calls on);
   :mod:`.deferral` certifies the values whose rules a lazy compile writes when a matcher first reaches them.
 - :mod:`.document`: the schema document (dialect, metaschema validation, ``$ref``/``$id``/anchors, validation of
   values against its parts); :mod:`.keywords`: the keyword tables, parts and shapes; :mod:`.layout`: the
@@ -143,6 +144,13 @@ The package, by concern (imports point one way: from the core to the concerns, t
   their rendering), :mod:`.values` (JSON values and lexical pieces) and :mod:`.errors`.
 """
 
+from constrain.compilers.json_schema.any_order import (
+    MAX_ANY_ORDER_LATER_NAME_BYTES,
+    MAX_ANY_ORDER_LATER_PROPERTIES,
+    MAX_ANY_ORDER_PROPERTIES,
+    MAX_ANY_ORDER_STATES,
+    MAX_ANY_ORDER_STATES_TOTAL,
+)
 from constrain.compilers.json_schema.arrays import MAX_CONTAINS_STATES, MAX_UNIQUE_ENUM, MAX_UNIQUE_SETS
 from constrain.compilers.json_schema.cdfa import MAX_AUTOMATON_STATES, MAX_REGEX_CHARS
 from constrain.compilers.json_schema.combinators import MAX_ONE_OF_COMBINATIONS
@@ -159,15 +167,7 @@ from constrain.compilers.json_schema.deferral import (
 )
 from constrain.compilers.json_schema.layout import MAX_INDENT_DEPTH
 from constrain.compilers.json_schema.numbers import MAX_ENUMERATED_MULTIPLES, MAX_MODULUS
-from constrain.compilers.json_schema.objects import (
-    MAX_ANY_ORDER_LATER_NAME_BYTES,
-    MAX_ANY_ORDER_LATER_PROPERTIES,
-    MAX_ANY_ORDER_PROPERTIES,
-    MAX_ANY_ORDER_STATES,
-    MAX_ANY_ORDER_STATES_TOTAL,
-    MAX_PATTERN_PROPERTIES,
-    MAX_WITNESSES,
-)
+from constrain.compilers.json_schema.objects import MAX_PATTERN_PROPERTIES, MAX_WITNESSES
 from constrain.compilers.json_schema.strings import (
     LENGTH_BLOCK,
     LENGTH_BLOCK_THRESHOLD,

@@ -10,6 +10,7 @@ from typing import Any
 
 from constrain import collector
 from constrain.automata.limits import DEFAULT_TIME_LIMIT, CompileTimeout, time_limited
+from constrain.compilers.json_schema.any_order import MAX_ANY_ORDER_STATES_TOTAL, _AnyOrderRules
 from constrain.compilers.json_schema.arrays import _ArrayRules
 from constrain.compilers.json_schema.combinators import _Combinators, _Excluded
 from constrain.compilers.json_schema.deferral import MAX_DEFERRING_NODES, MIN_DEFERRING_NODES, _Deferral
@@ -27,7 +28,7 @@ from constrain.compilers.json_schema.keywords import (
 )
 from constrain.compilers.json_schema.layout import _any_value_rules, _Layout, _layout, _shared_body
 from constrain.compilers.json_schema.numbers import _NumberRules
-from constrain.compilers.json_schema.objects import MAX_ANY_ORDER_STATES_TOTAL, _ObjectRules
+from constrain.compilers.json_schema.objects import _ObjectRules
 from constrain.compilers.json_schema.rules import _finalize
 from constrain.compilers.json_schema.strings import _StringRules
 from constrain.errors import ArgumentError, AutomatonTooLarge, GrammarError, JsonSchemaError
@@ -41,7 +42,9 @@ MAX_RULES = 20_000
 _UNSAT = object()
 
 
-class _Compiler(_Deferral, _Combinators, _EnumRules, _NumberRules, _StringRules, _ArrayRules, _ObjectRules):
+class _Compiler(
+    _Deferral, _Combinators, _EnumRules, _NumberRules, _StringRules, _ArrayRules, _ObjectRules, _AnyOrderRules
+):
     """The lowering of one schema: every conjunction of parts met becomes a rule (:meth:`conj`), whose body is its
     enum values, a branch over a combinator, or the rules of each kind of value its merged shape allows
     (:meth:`emit`).
@@ -49,7 +52,7 @@ class _Compiler(_Deferral, _Combinators, _EnumRules, _NumberRules, _StringRules,
     This core holds the state the concerns share (the document, the rules being built, the options, the notes of
     lenient mode and the memos) and the steps they all use; the concerns are its mixins: the combinators
     (:mod:`~constrain.compilers.json_schema.combinators`), enum/const (:mod:`~constrain.compilers.json_schema.enums`),
-    numbers, strings, arrays and objects.
+    numbers, strings, arrays, objects and objects in any order.
     """
 
     def __init__(
@@ -70,7 +73,7 @@ class _Compiler(_Deferral, _Combinators, _EnumRules, _NumberRules, _StringRules,
         self.ap_default = additional_properties_default
         #: ``property_order="any"``: an object's properties may come in any order (:meth:`members_any_order`).
         self.any_order = property_order == "any"
-        #: What is left of :data:`~constrain.compilers.json_schema.objects.MAX_ANY_ORDER_STATES_TOTAL`.
+        #: What is left of :data:`~constrain.compilers.json_schema.any_order.MAX_ANY_ORDER_STATES_TOTAL`.
         self.any_order_left = MAX_ANY_ORDER_STATES_TOTAL
         self.max_ws = max_whitespace
         self.rules: dict[str, Expr] = {}
@@ -105,10 +108,12 @@ class _Compiler(_Deferral, _Combinators, _EnumRules, _NumberRules, _StringRules,
             lazy and strict and not self.any_order and MIN_DEFERRING_NODES <= self.doc.containers <= MAX_DEFERRING_NODES
         )
         #: Whether the sets of members an object of ``property_order="any"`` has read may be rules written when a
-        #: matcher first reaches them, for objects too large to read in one rule (:meth:`members_any_order_later`).
+        #: matcher first reaches them, for objects too large to read in one rule (:meth:`~constrain.compilers.
+        #: json_schema.any_order._AnyOrderRules.members_any_order_later`).
         self.any_order_later = lazy and self.any_order
         #: The branching keywords (pointer, keyword) of which more than one alternative may be an object: such
-        #: objects are read in one rule (:func:`~constrain.compilers.json_schema.objects._an_alternative`).
+        #: objects keep the declared order past one rule (:meth:`~constrain.compilers.json_schema.any_order.
+        #: _AnyOrderRules.among_objects`).
         self.object_branches: set[tuple[str, str]] = set()
         #: The rules put off, each with the pointer it is written for and what writes its body.
         self.deferred: dict[str, tuple[str, Callable[[], Expr]]] = {}
@@ -537,9 +542,9 @@ def schema_to_grammar(
     declare ``properties`` (and no ``additionalProperties``/``patternProperties``) as closed.
     ``property_order``: ``"declared"`` writes an object's properties in the order of ``properties`` (then the
     names only in ``required``), additional ones last; ``"any"`` accepts them in any order, additional ones
-    anywhere, for objects of at most :data:`~constrain.compilers.json_schema.objects.MAX_ANY_ORDER_PROPERTIES`
+    anywhere, for objects of at most :data:`~constrain.compilers.json_schema.any_order.MAX_ANY_ORDER_PROPERTIES`
     declared properties, or with ``lazy`` at most
-    :data:`~constrain.compilers.json_schema.objects.MAX_ANY_ORDER_LATER_PROPERTIES` (a larger one keeps the
+    :data:`~constrain.compilers.json_schema.any_order.MAX_ANY_ORDER_LATER_PROPERTIES` (a larger one keeps the
     declared order).
 
     ``lazy``: the rules of property values and array items whose subschemas are certified

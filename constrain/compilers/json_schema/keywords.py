@@ -121,7 +121,7 @@ class _Shape:
         self.forbidden: dict[str, str] = {}
         #: ``dependentRequired`` (and ``dependencies`` of name lists) left to the object's rule under
         #: ``property_order="any"``: (trigger, the names it needs, pointer), see
-        #: :meth:`~constrain.compilers.json_schema.objects._ObjectRules.dependents_split`.
+        #: :meth:`~constrain.compilers.json_schema.any_order._AnyOrderRules.dependents_split`.
         self.dependents: list[tuple[str, tuple[str, ...], str]] = []
         self.min_props = 0
         self.min_props_at = ("", "")

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
-import copy
-import functools
-import itertools
 import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple
 
 from constrain.automata.limits import MAX_DFA_STATES
+from constrain.compilers.json_schema.any_order import (
+    MAX_ANY_ORDER_LATER_NAME_BYTES,
+    MAX_ANY_ORDER_LATER_PROPERTIES,
+    MAX_ANY_ORDER_PROPERTIES,
+    MAX_ANY_ORDER_STATES,
+    _any_order_states,
+    _AnyOrder,
+    _dependent_bits,
+)
 from constrain.compilers.json_schema.cdfa import _CDFA
 from constrain.compilers.json_schema.document import _clean_pointer, _escape_token
 from constrain.compilers.json_schema.errors import (
     _TIME_LIMIT,
-    _check_dependencies,
     _check_time,
     _TooLarge,
     _Unsatisfiable,
@@ -22,7 +27,7 @@ from constrain.compilers.json_schema.errors import (
 )
 from constrain.compilers.json_schema.keywords import _BRANCHING, _Part, _Shape
 from constrain.compilers.json_schema.layout import _child_depth, _Layout
-from constrain.compilers.json_schema.rules import _options, _then
+from constrain.compilers.json_schema.rules import _then
 from constrain.compilers.json_schema.strings import (
     _ENCODING_TOO_LARGE,
     _KEYS_TOO_LARGE,
@@ -41,22 +46,6 @@ MAX_PATTERN_PROPERTIES = 4
 #: Members of an object read in place in one rule before the rest is a rule of its own; also the fan-out of the
 #: tree of rules a long object's members are grouped in (:meth:`_ObjectRules.members_from`).
 MEMBER_BLOCK = 16
-#: Most properties an object may declare for ``property_order="any"`` to read them in one rule, which keeps a
-#: state per set of properties read, up to 2 ** this.
-MAX_ANY_ORDER_PROPERTIES = 8
-#: Most NFA states the members of an object may take in that one rule (each member's name is read in place once
-#: per set of members that may precede it, ``2 ** (n - 1)`` times).
-MAX_ANY_ORDER_STATES = 4_096
-#: Most such states all the objects of one schema may take.
-MAX_ANY_ORDER_STATES_TOTAL = 16_384
-#: Most properties an object past the bounds above may declare for ``property_order="any"``: each set of members
-#: read is then a rule of its own, written when a matcher first reaches it, reading up to this many names. A larger
-#: object, or one met where rules cannot be written later, keeps the declared order.
-MAX_ANY_ORDER_LATER_PROPERTIES = 64
-#: Most bytes the names of such an object may take in all: each rule written for a set of names read reads the names
-#: left in place (an automaton state per byte, 1 KiB in a pushdown), so a text holding the object adds at most
-#: this many states per name it reads.
-MAX_ANY_ORDER_LATER_NAME_BYTES = 1_024
 
 
 #: Most negated ``patternProperties`` / ``propertyNames`` / ``additionalProperties`` (each needs a member that
@@ -264,53 +253,6 @@ class _ObjectRules:
             else ((sh.object_parts[0].ptr if sh.object_parts else ""), "properties")
         )
         return self.bracketed(nonempty, empty_ok, lay.obj_open, lay.obj_close, lay.obj_empty, at)
-
-    def dependents_split(self, sh: _Shape, depth: int | None, name: str) -> Expr:
-        """The object of ``sh`` with its dependencies (:attr:`_Shape.dependents`) read as a branch reads them:
-        one object per trigger present (with the names it needs required) or absent (excluded), read in place, so
-        that one automaton follows them all. For an object whose rule cannot track them (see
-        :func:`_dependent_bits`)."""
-        choices = []
-        for trigger, needs, at in sh.dependents:
-            present = (trigger, needs, at, True)
-            choices.append([present] if trigger in sh.required else [(trigger, needs, at, False), present])
-        at = sh.dependents[0][2]
-        _check_dependencies(len(choices), _clean_pointer(at), at.rpartition("/")[2])
-        combos = list(itertools.product(*choices))
-        options: list[Expr] = []
-        failure: _Unsatisfiable | None = None
-        for k, combo in enumerate(combos):
-            shape = copy.copy(sh)
-            shape.dependents = []
-            shape.required, shape.forbidden = dict(sh.required), dict(sh.forbidden)
-            for trigger, needs, at, present in combo:
-                if present:
-                    for key in (trigger, *needs):
-                        shape.required.setdefault(key, at)
-                else:
-                    shape.forbidden.setdefault(trigger, at)
-            try:
-                expr = self.object_expr(shape, depth, f"{name}/dependents{k}", alternative=len(combos) > 1)
-            except _Unsatisfiable as exc:
-                failure = failure or _verdict(exc)
-                continue
-            options.extend(_options(expr))
-        if not options:
-            assert failure is not None
-            raise failure
-        unique = tuple(dict.fromkeys(options))
-        return unique[0] if len(unique) == 1 else Alt(unique)
-
-    def among_objects(self, parts: tuple[_Part, ...]) -> bool:
-        """Whether the conjunction ``parts`` is one of several alternatives of a branching keyword that may be
-        objects (:attr:`object_branches`). A branch reads its alternatives' bodies in place, so that one automaton
-        follows them all; objects whose sets of members read are rules of their own would each be a parse of its
-        own after their first member, open until the text tells them apart (maybe only at the object's end), and
-        each level of a recursive schema would multiply them."""
-        branches = self.object_branches
-        return bool(branches) and any(
-            (part.ptr, kw) in branches for part in parts for kw in part.skip.intersection(_BRANCHING)
-        )
 
     def check_name_length(self, key: str, infos: list[_ObjectInfo], sh: _Shape) -> None:
         """JsonSchemaError, at the name's pointer, for a property name longer than one automaton can read: a rule
@@ -815,64 +757,6 @@ class _ObjectRules:
         self.rules[f"{name}/additional"] = extra
         return Ref(f"{name}/additional")
 
-    def members_any_order(self, order: _AnyOrder) -> tuple[Expr | None, bool]:
-        """The members ``items`` in any order, each at most once, the ``extra`` ones anywhere between them
-        (``property_order="any"``). The rule is in one state per set of members read, so it knows which may still
-        come and whether the required ones are all there. Names are read in place, so the rule alone tells the
-        members apart (calls for whole members would leave one parse open per member after each comma); values
-        other than a call or a literal are rules of their own, read once however many sets precede them. Property
-        counts are the size of the set: the caller keeps the declared order where they must also count extra
-        members."""
-        after: dict[int, Expr | None] = {}
-
-        def rest(read: int) -> Expr | None:
-            """What may follow once the members in ``read`` (a bit set) are read; None when nothing completes."""
-            if read in after:
-                return after[read]
-            options: list[Expr] = []
-            if read.bit_count() < order.hi:
-                for i in range(order.n):
-                    if not read >> i & 1:
-                        tail = rest(read | 1 << i)
-                        if tail is not None:
-                            options.append(Seq((order.comma, order.members[i], tail)))
-            after[read] = found = order.then(options, read)
-            return found
-
-        return order.top(rest)
-
-    def members_any_order_later(self, order: _AnyOrder, sh: _Shape, name: str) -> tuple[Expr | None, bool]:
-        """:meth:`members_any_order`'s language for an object too large to read in one rule: the members that may
-        follow a set of members read are a rule of their own, written when a matcher first reaches that set
-        (:attr:`~constrain.grammar.ir.Grammar.deferred`). A text then writes one rule per member it reads, out of
-        the ``2 ** n`` sets, and the compile writes only the first member's options."""
-        ptr = sh.object_parts[0].ptr if sh.object_parts else ""
-
-        def next_member(read: int) -> Expr:
-            """The body of the rule of the members after ``read``: each that leaves a way to complete, then what
-            may follow it."""
-            options = [
-                Seq((order.members[i], rest(read | 1 << i)))
-                for i in range(order.n)
-                if not read >> i & 1 and order.completes(read | 1 << i)
-            ]
-            return options[0] if len(options) == 1 else Alt(tuple(options))
-
-        def rest(read: int) -> Expr | None:
-            """What may follow once the members in ``read`` are read: a comma and the rule of the next member
-            (named now, written later), or the end where the set completes the object."""
-            options: list[Expr] = []
-            if read.bit_count() < order.hi and any(
-                not read >> i & 1 and order.completes(read | 1 << i) for i in range(order.n)
-            ):
-                rule = f"{name}/after{read:x}"
-                if rule not in self.rules and rule not in self.deferred:
-                    self.deferred[rule] = (ptr, functools.partial(next_member, read))
-                options.append(Seq((order.comma, Ref(rule))))
-            return order.then(options, read)
-
-        return order.top(rest)
-
     def members_after(self, following: list[Expr], tail_extra: Expr | None, name: str, i: int) -> Expr:
         """The members ``following[i:]`` in order, then the extra members: from the next multiple of
         :data:`MEMBER_BLOCK` on, the rest is a rule of its own (:meth:`members_from`), shared by the options
@@ -994,100 +878,3 @@ class _ObjectRules:
         top = [o for o in top if o != Seq(())]
         nonempty = None if not top else top[0] if len(top) == 1 else Alt(tuple(top))
         return nonempty, empty_ok
-
-
-class _AnyOrder:
-    """What :meth:`_ObjectRules.members_any_order` and :meth:`_ObjectRules.members_any_order_later` share: the
-    members as read in place, the bounds on how many are read, and what may begin and end the object's members.
-    Sets of members read are bit sets over ``items``."""
-
-    def __init__(
-        self,
-        rules: _ObjectRules,
-        items,
-        values: dict[str, Expr],
-        extra,
-        dependents: list[tuple[int, int]],
-        sh: _Shape,
-        lay: _Layout,
-        name: str,
-    ):
-        self.n = len(items)
-        self.comma = lay.comma
-        #: (trigger, the members it needs), as bit sets: a set with the trigger completes only with those.
-        self.dependents = dependents
-        self.members: list[Expr] = []
-        for i, (key, _, _) in enumerate(items):
-            value = values[key]
-            if type(value) is not Ref and type(value) is not Literal:
-                rules.rules[f"{name}/value{i}"] = value
-                value = Ref(f"{name}/value{i}")
-            self.members.append(_then(Literal(_json_string(key)), lay.colon, value))
-        self.extra = rules.extra_rule(extra, name)
-        self.required = sum(1 << i for i, item in enumerate(items) if item[2])
-        self.lo = sh.min_props if extra is None else 0
-        self.hi = self.n if extra is not None or sh.max_props is None else min(self.n, sh.max_props)
-        self.extras = Repeat(Seq((lay.comma, self.extra))) if self.extra is not None else None
-
-    def completes(self, read: int) -> bool:
-        """Whether some set of members that holds ``read`` completes the object: the required ones, and a count
-        within the bounds (the members a dependency needs are counted by the caller, which keeps the declared
-        order where both apply)."""
-        return max((read | self.required).bit_count(), self.lo) <= self.hi
-
-    def then(self, options: list[Expr], read: int) -> Expr | None:
-        """What may follow the set ``read``: ``options`` (the next members), the end where ``read`` completes
-        the object, extra members before either; None when nothing may."""
-        if (
-            read & self.required == self.required
-            and read.bit_count() >= self.lo
-            and all(not read & trigger or read & needs == needs for trigger, needs in self.dependents)
-        ):
-            options.append(Seq(()))
-        if not options:
-            return None
-        body = options[0] if len(options) == 1 else shared(Alt(tuple(options)))
-        return body if self.extras is None else shared(Seq((self.extras, body)))
-
-    def top(self, rest: Callable[[int], Expr | None]) -> tuple[Expr | None, bool]:
-        """The object's members (None when there can be none) and whether it may be empty, given ``rest``."""
-        first: list[Expr] = []
-        if self.hi > 0:
-            for i in range(self.n):
-                tail = rest(1 << i)
-                if tail is not None:
-                    first.append(Seq((self.members[i], tail)))
-        if self.extra is not None:
-            tail = rest(0)
-            if tail is not None:
-                first.append(Seq((self.extra, tail)))
-        nonempty = None if not first else first[0] if len(first) == 1 else Alt(tuple(first))
-        return nonempty, self.required == 0 and self.lo == 0
-
-
-def _dependent_bits(sh: _Shape, items, names: list[str], extra) -> list[tuple[int, int]] | None:
-    """``sh.dependents`` as (trigger, needed members) bit sets over ``items``; None where a trigger or a name it
-    needs could be an additional member (whose presence the object's rule does not track). A trigger that can
-    never be present (declared but excluded, or neither declared nor allowed as an additional member) needs
-    nothing."""
-    index = {key: i for i, (key, _, _) in enumerate(items)}
-    bits = []
-    for trigger, needs, _ in sh.dependents:
-        if trigger not in index:
-            if trigger in names or extra is None:
-                continue
-            return None
-        if any(key not in index for key in needs):
-            return None
-        bits.append((1 << index[trigger], sum(1 << index[key] for key in needs)))
-    return bits
-
-
-def _any_order_states(items, values: dict[str, Expr]) -> int:
-    """About how many NFA states :meth:`_ObjectRules.members_any_order` makes for ``items``: each member's name
-    (and a literal value) once per set of the other members, a few states for the punctuation and the call."""
-    size = 0
-    for key, _, _ in items:
-        value = values[key]
-        size += len(_json_string(key).encode()) + 4 + (len(str(value.value)) if type(value) is Literal else 0)
-    return size << (len(items) - 1)
