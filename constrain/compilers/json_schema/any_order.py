@@ -126,20 +126,14 @@ class _AnyOrderRules:
         def next_member(read: int) -> Expr:
             """The body of the rule of the members after ``read``: each that leaves a way to complete, then what
             may follow it."""
-            options = [
-                Seq((order.members[i], rest(read | 1 << i)))
-                for i in range(order.n)
-                if not read >> i & 1 and order.completes(read | 1 << i)
-            ]
+            options = [Seq((order.members[i], rest(read | 1 << i))) for i in order.following(read)]
             return options[0] if len(options) == 1 else Alt(tuple(options))
 
         def rest(read: int) -> Expr | None:
             """What may follow once the members in ``read`` are read: a comma and the rule of the next member
             (named now, written later), or the end where the set completes the object."""
             options: list[Expr] = []
-            if read.bit_count() < order.hi and any(
-                not read >> i & 1 and order.completes(read | 1 << i) for i in range(order.n)
-            ):
+            if order.following(read):
                 rule = f"{name}/after{read:x}"
                 if rule not in self.rules and rule not in self.deferred:
                     self.deferred[rule] = (ptr, functools.partial(next_member, read))
@@ -187,6 +181,12 @@ class _AnyOrder:
         within the bounds (the members a dependency needs are counted by the caller, which keeps the declared
         order where both apply)."""
         return max((read | self.required).bit_count(), self.lo) <= self.hi
+
+    def following(self, read: int) -> list[int]:
+        """The members that may follow the set ``read``: those not read that leave a way to complete."""
+        if read.bit_count() >= self.hi:
+            return []
+        return [i for i in range(self.n) if not read >> i & 1 and self.completes(read | 1 << i)]
 
     def then(self, options: list[Expr], read: int) -> Expr | None:
         """What may follow the set ``read``: ``options`` (the next members), the end where ``read`` completes
