@@ -60,6 +60,9 @@ MAX_CERTIFIED_NAME = 1_000
 #: Numeric bounds beyond this magnitude keep the value eager (their ranges are written digit by digit).
 MAX_CERTIFIED_MAGNITUDE = 10**15
 
+#: A subschema not read yet (``None`` is JSON's null, which a node may be).
+_UNREAD = object()
+
 #: The keywords through which a subschema reaches others.
 _REACHING = frozenset({"$ref", "anyOf", "oneOf", "properties", "additionalProperties", "patternProperties", "items"})
 _OBJECT_KEYWORDS = frozenset({"properties", "required", "additionalProperties", "patternProperties"})
@@ -104,52 +107,99 @@ class _Deferral:
 
     def _certify(self, root: str) -> None:
         """Decide every subschema ``root`` reaches: explore them, mark those that reach a subschema outside the
-        certified set or lie on a cycle of references and branches, then find which are productive."""
+        certified set or lie on a cycle of references and branches, then find which are productive.
+
+        Verdicts are final once written, so each subschema is explored once per compile, and the children's nodes
+        are kept in the document's node cache as they are met (the lowering reads them there too)."""
+        certified = self._certified
+        nodes = self.doc.nodes
         found: dict[str, tuple[_Formula, tuple[str, ...], tuple[str, ...]]] = {}
-        failed: set[str] = set()
         work = [root]
         while work:
             ptr = work.pop()
-            if ptr in found or ptr in failed or ptr in self._certified:
+            if ptr in found or ptr in certified:
                 continue
-            local = self._local(ptr)
+            local = self._local(ptr, nodes.get(ptr, _UNREAD))
             if local is None:
-                failed.add(ptr)
+                certified[ptr] = False
                 continue
             found[ptr] = local
-            work.extend(local[1])
-            work.extend(local[2])
+            work += local[1]
+            work += local[2]
+        if not found:
+            return
+        bad = self._uncertified(found)
+        productive = {ptr: False for ptr in found if ptr not in bad}
+        self._productive_fixpoint(found, productive)
+        children = self._children
+        productive_of = self._productive
+        for ptr, local in found.items():
+            if ptr in bad:
+                certified[ptr] = False
+            else:
+                certified[ptr] = True
+                productive_of[ptr] = productive[ptr]
+                children[ptr] = local[1] + local[2]
+
+    def _uncertified(self, found: Mapping[str, tuple[_Formula, tuple[str, ...], tuple[str, ...]]]) -> set[str]:
+        """Those of ``found`` that reach a subschema refused certification, or lie on a cycle of subschemas
+        applied to the same value (references and branches)."""
+        is_certified = self._certified.get
+        bad: set[str] = set()
+        in_place: dict[str, list[str]] = {}
+        for ptr, (_, same_value, below) in found.items():
+            for child in below:
+                if is_certified(child) is False:
+                    bad.add(child)
+            if same_value:
+                for child in same_value:
+                    if is_certified(child) is False:
+                        bad.add(child)
+                in_place[ptr] = [child for child in same_value if child in found]
+        if in_place:
+            bad.update(_on_cycles(in_place))
+        if not bad:
+            return bad
         callers: dict[str, list[str]] = {}
-        for ptr, (_, in_place, below) in found.items():
-            for child in (*in_place, *below):
+        for ptr, (_, in_place_children, below) in found.items():
+            for child in (*in_place_children, *below):
                 callers.setdefault(child, []).append(ptr)
-        bad = set(failed)
-        bad.update(c for c in callers if self._certified.get(c) is False)
-        bad.update(_on_cycles({ptr: [c for c in local[1] if c in found] for ptr, local in found.items() if local[1]}))
         work = list(bad)
         while work:
             for caller in callers.get(work.pop(), ()):
                 if caller not in bad:
                     bad.add(caller)
                     work.append(caller)
-        for ptr in failed:
-            self._certified[ptr] = False
-        good = [ptr for ptr in found if ptr not in bad]
-        for ptr in found:
-            if ptr in bad:
-                self._certified[ptr] = False
-        productive = {ptr: False for ptr in good}
-        work = list(good)
-        while work:  # the least fixpoint: a subschema turns productive once its terms do, and tells its callers
-            ptr = work.pop()
-            if productive[ptr] or not self._holds(found[ptr][0], productive):
-                continue
-            productive[ptr] = True
-            work.extend(c for c in callers.get(ptr, ()) if c in productive and not productive[c])
-        for ptr in good:
-            self._certified[ptr] = True
-            self._productive[ptr] = productive[ptr]
-            self._children[ptr] = found[ptr][1] + found[ptr][2]
+        return bad
+
+    def _productive_fixpoint(
+        self, found: Mapping[str, tuple[_Formula, tuple[str, ...], tuple[str, ...]]], productive: dict[str, bool]
+    ) -> None:
+        """The least fixpoint of productivity over the certified subschemas ``productive`` names (all False on
+        entry). One pass children first (the reverse of their discovery) settles a tree; what a cycle leaves
+        undecided is then propagated from each subschema that turns productive to its callers."""
+        order = [ptr for ptr in reversed(found) if ptr in productive]
+        holds = self._holds
+        undecided = False
+        for ptr in order:
+            formula = found[ptr][0]
+            if formula is True or holds(formula, productive):
+                productive[ptr] = True
+            else:
+                undecided = True
+        if not undecided:
+            return
+        callers: dict[str, list[str]] = {}
+        for ptr in order:
+            _, in_place, below = found[ptr]
+            for child in (*in_place, *below):
+                callers.setdefault(child, []).append(ptr)
+        work = [ptr for ptr in order if productive[ptr]]
+        while work:  # a subschema turns productive once its terms do, and tells its callers
+            for caller in callers.get(work.pop(), ()):
+                if not productive[caller] and self._holds(found[caller][0], productive):
+                    productive[caller] = True
+                    work.append(caller)
 
     def _holds(self, formula: _Formula, productive: Mapping[str, bool]) -> bool:
         if formula is True:
@@ -161,13 +211,15 @@ class _Deferral:
         test = any if kind == "any" else all
         return test(self._holds(term, productive) for term in terms)
 
-    def _local(self, ptr: str) -> tuple[_Formula, tuple[str, ...], tuple[str, ...]] | None:
-        """What the subschema at ``ptr`` needs of others: (its productivity, the subschemas applied to the same
-        value, those applied to a part of it); None when it is not certified on its own."""
-        try:
-            node = self.node(ptr)
-        except JsonSchemaError:  # lowering says where, when it comes to it
-            return None
+    def _local(self, ptr: str, node: Any) -> tuple[_Formula, tuple[str, ...], tuple[str, ...]] | None:
+        """What the subschema at ``ptr`` (``node``, or :data:`_UNREAD`) needs of others: (its productivity, the
+        subschemas applied to the same value, those applied to a part of it); None when it is not certified on its
+        own. The nodes of the parts it names are kept in the document's node cache."""
+        if node is _UNREAD:
+            try:
+                node = self.node(ptr)
+            except JsonSchemaError:  # lowering says where, when it comes to it
+                return None
         if node is True:
             return True, (), ()
         if type(node) is not dict or "$ptr" in node:
@@ -194,6 +246,7 @@ class _Deferral:
                 if len(validation) != 1 or not isinstance(branches, list) or not branches:
                     return None
                 ptrs = tuple(f"{ptr}/{kw}/{i}" for i in range(len(branches)))
+                self.doc.nodes.update(zip(ptrs, branches))
                 if kw == "oneOf" and not self._exclusive(ptrs):
                     return None
                 return ("any", ptrs), ptrs, ()
@@ -343,6 +396,9 @@ class _Deferral:
                 return None
         members = {name: f"{ptr}/properties/{_escape_token(name)}" for name in props}
         below.extend(members.values())
+        nodes = self.doc.nodes
+        for name, member in members.items():
+            nodes[member] = props[name]
         patterns = node.get("patternProperties", {})
         if patterns and not self._patterns_hold(ptr, patterns, [*props, *required], extra, below):
             return None
