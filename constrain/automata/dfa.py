@@ -14,7 +14,7 @@ import numpy as np
 from numba import njit
 
 from constrain.automata.limits import MAX_DFA_STATES
-from constrain.automata.minimize import _bfs_order, _reduce, _renumbered
+from constrain.automata.minimize import _bfs_order, _reduce, _renumber_in_place
 from constrain.errors import AutomatonTooLarge, StructureError
 
 DEAD = -1
@@ -137,11 +137,14 @@ class ByteDFA:
 
     def numbered_breadth_first(self) -> ByteDFA:
         """This call-free DFA with its states numbered as :meth:`reduced` numbers them: for an automaton built
-        minimal, with every state reachable, the canonical table without the cost of minimising."""
+        minimal, with every state reachable, the canonical table without the cost of minimising. Its own arrays
+        are renumbered in place and returned in a new DFA, so this one must be a table just built that nothing
+        else holds."""
         order = _bfs_order(self.trans, np.arange(self.num_states, dtype=np.int32), self.num_states)
         if (order < 0).any():
             raise StructureError("a state cannot be reached from the start")
-        return ByteDFA(*_renumbered(self.trans, self.accepting, order))
+        _renumber_in_place(self.trans, self.accepting, order)
+        return ByteDFA(self.trans, self.accepting)
 
     @cached_property
     def _language_hashes(self) -> dict[int, np.ndarray]:

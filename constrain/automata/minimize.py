@@ -288,17 +288,39 @@ def _reduce_edges(n, k, tail, label, head, accepting):
 
 
 @njit(cache=True)
-def _renumbered(trans, accepting, order):
-    """``(trans, accepting)`` with state ``s`` renamed ``order[s]`` (a permutation)."""
-    table = np.empty_like(trans)
-    out = np.empty_like(accepting)
-    for s in range(trans.shape[0]):
-        row = order[s]
-        out[row] = accepting[s]
-        for b in range(trans.shape[1]):
+def _renumber_in_place(trans, accepting, order):
+    """Rename state ``s`` of ``(trans, accepting)`` to ``order[s]`` (a permutation) in the arrays themselves: a
+    table of thousands of states is not allocated (and faulted in) a second time. The targets are renamed, then
+    the rows moved along each cycle of the permutation."""
+    n, width = trans.shape
+    for s in range(n):
+        for b in range(width):
             t = trans[s, b]
-            table[row, b] = order[t] if t >= 0 else -1
-    return table, out
+            if t >= 0:
+                trans[s, b] = order[t]
+    placed = np.zeros(n, dtype=np.bool_)
+    carried = np.empty(width, dtype=trans.dtype)
+    for s in range(n):
+        if placed[s]:
+            continue
+        placed[s] = True
+        q = order[s]
+        if q == s:
+            continue
+        carried[:] = trans[s]  # row s, on its way to row order[s]
+        carried_accepting = accepting[s]
+        while q != s:
+            for b in range(width):
+                t = trans[q, b]
+                trans[q, b] = carried[b]
+                carried[b] = t
+            a = accepting[q]
+            accepting[q] = carried_accepting
+            carried_accepting = a
+            placed[q] = True
+            q = order[q]
+        trans[s, :] = carried
+        accepting[s] = carried_accepting
 
 
 @njit(cache=True)

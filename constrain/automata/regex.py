@@ -200,8 +200,27 @@ def search_dfa(pattern: str) -> ByteDFA:
     top-level alternative anchored only by its own ``^``/``$``, as JSON Schema's ``pattern`` searches), built
     around the pattern's own parse: an unbalanced ``)`` cannot close the group around it, and a RegexError names
     its place in ``pattern``. Not kept: its callers keep what they make of it."""
-    tree = _Concatenation((_ANY_STAR, _parse(pattern), _ANY_STAR))
+    tree = _parse(pattern)
+    if _anchored_at_both_ends(tree):  # `^...$` (each alternative): a search is a match of the whole text
+        return _whole_dfa(pattern, tree, pattern)
+    tree = _Concatenation((_ANY_STAR, tree, _ANY_STAR))
     return _whole_dfa(pattern, tree, f"(?s:.)*(?:{pattern})(?s:.)*")
+
+
+def _anchored_at_both_ends(tree) -> bool:
+    """Whether every top-level alternative of ``tree`` begins with ``^`` and ends with ``$``, and no lookaround
+    looks past them: the text around a match is then empty."""
+    return (
+        isinstance(tree, Pattern)
+        and all(
+            isinstance(option, _Concatenation)
+            and len(option.parts) >= 2
+            and option.parts[0] == _BEGIN_GROUP
+            and option.parts[-1] == _END_GROUP
+            for option in tree.options
+        )
+        and not _has_lookaround(tree)
+    )
 
 
 def _whole_dfa(pattern: str, tree, key: str) -> ByteDFA:
@@ -289,6 +308,8 @@ MAX_LOOKAROUND_STATES = 10_000
 MAX_LOOKAROUND_MEMBERS = 500_000
 
 _ANY_STAR = _Repeated(_CharGroup(frozenset(), True), 0, None)
+_BEGIN_GROUP = _CharGroup(frozenset({_BEGIN_CHAR}), False)
+_END_GROUP = _CharGroup(frozenset({_END_CHAR}), False)
 
 #: Lookahead patterns found too large, with the error: the most recent 256.
 _LOOKAROUND_REFUSED: dict[str, str] = {}

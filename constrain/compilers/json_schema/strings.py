@@ -418,12 +418,13 @@ def _searched(pattern: str) -> _CDFA:
 def _string_language(key: _StringKey) -> _CDFA | None:
     """The decoded strings ``key`` allows, minimal (None: too large). The patterns must be supported (their
     :func:`_searched` succeeds)."""
-    d = _CDFA.universal()
+    d: _CDFA | None = None
     try:
         for pattern in key.patterns:
-            d = d.intersect(_searched(pattern)).minimized()
+            d = _meet(d, _searched(pattern))
         for name in key.formats:
-            d = d.intersect(_format_language(name)).minimized()
+            d = _meet(d, _format_language(name))
+        d = d or _CDFA.universal()
         if key.excluded:
             d = d.minus(_CDFA.literals(key.excluded)).minimized()
         for pattern in key.neg_patterns:
@@ -435,9 +436,15 @@ def _string_language(key: _StringKey) -> _CDFA | None:
     return d
 
 
+def _meet(d: _CDFA | None, other: _CDFA) -> _CDFA:
+    """The strings of both, minimal; ``d=None`` stands for every string, which leaves ``other`` itself (it must be
+    minimal: the product would give the same automaton, numbered the same)."""
+    return other if d is None else d.intersect(other).minimized()
+
+
 @lru_cache(maxsize=64)  # by a name of _FORMATS: as many entries at most, whatever the schemas
 def _format_language(name: str) -> _CDFA:
-    return _CDFA.from_regex(_FORMATS[name])
+    return _CDFA.from_regex(_FORMATS[name]).minimized()
 
 
 def build_format_languages() -> None:
@@ -520,9 +527,13 @@ def _key_language(order: Iterable[str], chosen: Set[str], names: Iterable[str], 
     """The decoded keys of an additional member when, of the ``patternProperties`` patterns ``order`` (all
     supported), exactly those in ``chosen`` match it somewhere, it is none of ``names``, and it is in ``allowed``
     (``propertyNames``) when given; raises _TooLarge."""
-    d = _CDFA.universal()
+    d: _CDFA | None = None
     for p in order:
-        d = (d.intersect(_searched(p)) if p in chosen else d.minus(_searched(p))).minimized()
+        if p in chosen:
+            d = _meet(d, _searched(p))
+        else:
+            d = (d or _CDFA.universal()).minus(_searched(p)).minimized()
+    d = d or _CDFA.universal()
     names = list(names)
     if names:
         d = d.minus(_CDFA.literals(names)).minimized()
