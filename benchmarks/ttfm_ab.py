@@ -58,6 +58,12 @@ def worker(sample: int, seed: int, flush_mb: int) -> None:
     else:
         warmup(vocab)
     entries = mb.load_entries(mb.DEFAULT_DATA, sample=sample, seed=seed)
+    try:  # as the MaskBench worker does: start-up's objects out of every later full collection
+        from constrain.collector import freeze
+    except ImportError:  # a build without it
+        pass
+    else:
+        freeze()
     bitmask = np.zeros((1, (vocab.size + 31) // 32), dtype=np.int32)
     ballast = np.zeros(flush_mb << 17)  # float64: flush_mb MiB
 

@@ -42,22 +42,10 @@ _ID_KEYWORDS = ("id", "$id", "$schema")
 _VALUE_KEYWORDS = frozenset(("enum", "const", "default", "examples", "example"))
 
 
-#: A key that may name a resource (with a string value) or an anchor, as ``json.dumps`` writes it. Inside a string
-#: every quote is escaped, so these occur in a document's text only as keys (or as keys inside data values).
-_NAMING_TEXT = re.compile(r'"(?:\$id|id|\$schema)": "|"\$(?:anchor|dynamicAnchor|recursiveAnchor)": ')
-
-
 def _names_resources(schema: Any) -> bool:
-    """Whether an object below the root could name a resource or an anchor (an id, a ``$schema``, an anchor):
-    what only a crawl of the document registers. The document's text answers at once when it holds no such key
-    but the root's own ids (most schemas); otherwise the objects are walked."""
-    if isinstance(schema, Mapping):
-        try:
-            found = len(_NAMING_TEXT.findall(json.dumps(schema)))
-        except (TypeError, ValueError):  # not plain JSON data: walk it
-            found = -1
-        if found == sum(isinstance(schema.get(key), str) for key in _ID_KEYWORDS):
-            return False
+    """Whether an object below the root names a resource or an anchor (an id, a ``$schema``, an anchor): what only
+    a crawl of the document registers. Walked only when :func:`_json_containers` found that one may (most schemas
+    hold no such key but the root's own ids)."""
     stack = [(schema, True)]
     while stack:
         node, root = stack.pop()
@@ -138,7 +126,7 @@ class _Document:
         if not isinstance(schema, (bool, Mapping)):
             raise JsonSchemaError(f"a schema must be a JSON object or a boolean, not {type(schema).__name__}")
         #: How many objects and arrays the document holds.
-        self.containers = _refuse_non_json(schema)
+        self.containers, may_name = _refuse_non_json(schema)
         if isinstance(schema, Mapping) and not isinstance(schema.get("$schema", ""), str):
             raise JsonSchemaError("$schema must be a string (the dialect's URI)", "/$schema", "$schema")
         cls = validators.validator_for(schema, default=validators.Draft202012Validator)
@@ -183,7 +171,7 @@ class _Document:
         self._specs: dict[str, Any] = {}
         self.spec = self.specification(dialects.get(cls.__name__, rj.DRAFT202012).name)
         self.base = self.id_of(schema) or ""
-        self.names_resources = _names_resources(schema)
+        self.names_resources = may_name and _names_resources(schema)
         self.nodes: dict[str, Any] = {"": schema}
         self.synthetic: dict[str, Any] = {}
         self.bases: dict[str, str] = {"": self.base}
@@ -622,12 +610,12 @@ def _refers(schema: Any) -> bool:
     return False
 
 
-def _refuse_non_json(schema: Any) -> int:
+def _refuse_non_json(schema: Any) -> tuple[int, bool]:
     """JsonSchemaError at the first value no JSON text spells: a key that is not a string, a value that is not a
     string, number, boolean, null, list or mapping (a tuple, a set, an object), an infinite or NaN float. The
     compiler's parts assume JSON, and a bound of infinity has no digits to compile. One quick walk answers for the
     whole schema (about 15 us for a typical one); the walk that finds the pointer runs only when it fails. Returns
-    how many objects and arrays the schema holds."""
+    what :func:`_json_containers` does."""
     containers = _json_containers(schema)
     if containers is not None:
         return containers
@@ -652,10 +640,13 @@ def _refuse_non_json(schema: Any) -> int:
             )
 
 
-def _json_containers(schema: Any) -> int | None:
-    """How many objects and arrays ``schema`` holds; None when it holds a value no JSON text spells."""
+def _json_containers(schema: Any) -> tuple[int, bool] | None:
+    """How many objects and arrays ``schema`` holds, and whether an object may name a resource or an anchor (a key
+    of :data:`_ANCHOR_KEYWORDS` anywhere, or one of :data:`_ID_KEYWORDS` with a string value below the root: data
+    values included, so :func:`_names_resources` decides); None when it holds a value no JSON text spells."""
     stack = [schema]
     containers = 0
+    naming = False
     while stack:
         node = stack.pop()
         kind = type(node)
@@ -671,6 +662,13 @@ def _json_containers(schema: Any) -> int | None:
                     return None
             stack.extend(node.values())
             containers += 1
+            if not naming and (
+                "$anchor" in node
+                or "$dynamicAnchor" in node
+                or "$recursiveAnchor" in node
+                or (node is not schema and any(isinstance(node.get(key), str) for key in _ID_KEYWORDS))
+            ):
+                naming = True
         elif isinstance(node, list):
             stack.extend(node)
             containers += 1
@@ -679,7 +677,7 @@ def _json_containers(schema: Any) -> int | None:
                 return None
         elif not isinstance(node, (str, int)) or (isinstance(node, int) and node.bit_length() > _MAX_INT_BITS):
             return None
-    return containers
+    return containers, naming
 
 
 #: Integers of more bits are refused: Python writes at most 4,300 digits of an int as text by default.

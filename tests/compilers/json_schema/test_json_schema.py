@@ -367,11 +367,17 @@ def test_draft07_spellings_without_a_declared_dialect():
     ],
 )
 def test_a_document_crawled_for_resources_only_when_an_object_below_the_root_may_name_one(schema, names):
-    """The document's text answers for most schemas; the walk of its objects, for the rest: both must agree."""
-    from constrain.compilers.json_schema.document import _names_resources
+    """The quick look of the walk that counts containers answers for most schemas (nothing may name a resource);
+    the walk of the schema's objects decides the rest. The quick look never misses one."""
+    from constrain.compilers.json_schema.document import _Document, _json_containers, _names_resources
 
     assert _names_resources(schema) is names
-    assert _names_resources({"$comment": "not plain JSON", "x": {1, 2}, **schema}) is names  # walked
+    _, may_name = _json_containers(schema)
+    assert may_name or not names
+    if schema == {"$schema": "x", "$id": "http://x/", "properties": {"id": {"type": "string"}}}:
+        assert not may_name  # the root's own ids and a property named "id": no walk
+    if "$schema" not in schema:
+        assert _Document(schema).names_resources is names
 
 
 def test_a_document_with_ids_is_crawled_only_when_a_reference_or_a_validation_needs_it():
