@@ -14,7 +14,7 @@ import numpy as np
 from numba import njit
 
 from constrain.automata.limits import MAX_DFA_STATES
-from constrain.automata.minimize import _bfs_order, _reduce, _renumber_in_place
+from constrain.automata.minimize import _bfs_order, _reduce, _reduce_edges, _renumber_in_place
 from constrain.errors import AutomatonTooLarge, StructureError
 
 DEAD = -1
@@ -455,3 +455,85 @@ def _trie_complement(data, offsets, trans, accepting, max_states):
                 out[head, b] = number[t]
         head += 1
     return out[:tail].copy(), out_accepting[:tail].copy(), 0
+
+
+def words_dfa(words: list[bytes]) -> ByteDFA:
+    """The minimal DFA of a finite set of byte strings (an enum's values, a choice), numbered as
+    :meth:`ByteDFA.reduced` numbers states: the same automaton as the subset construction of their alternative,
+    made from their trie instead, minimised as edges (no table of the trie is written).
+    :class:`~constrain.errors.AutomatonTooLarge` when the trie has more than
+    :data:`~constrain.automata.limits.MAX_DFA_STATES` states, where the subset construction stops too."""
+    ordered = sorted(set(words))
+    data = np.frombuffer(b"".join(ordered), dtype=np.uint8)
+    offsets = np.zeros(len(ordered) + 1, dtype=np.int64)
+    np.cumsum([len(w) for w in ordered], out=offsets[1:])
+    trans, accepting, too_large = _words_table(data, offsets, MAX_DFA_STATES)
+    if too_large:
+        raise AutomatonTooLarge(f"the automaton needs more than {MAX_DFA_STATES:,} DFA states")
+    return ByteDFA(trans, accepting)
+
+
+@njit(cache=True)
+def _words_table(data, offsets, max_states):
+    """``(table, accepting, too_large)`` for :func:`words_dfa`: the trie of the sorted, distinct words
+    ``data[offsets[i]:offsets[i+1]]`` as edges (each word shares the states of its common prefix with the one
+    before it), grouped by tail (a state's edges are made in byte order, the words being sorted), over classes
+    of bytes (each byte read one class, every other byte one class leading nowhere), then minimised."""
+    total = data.shape[0]
+    tail = np.empty(total, dtype=np.int32)
+    label = np.empty(total, dtype=np.int32)
+    head = np.empty(total, dtype=np.int32)
+    accepting = np.zeros(total + 1, dtype=np.bool_)
+    longest = 0
+    for w in range(offsets.shape[0] - 1):
+        longest = max(longest, offsets[w + 1] - offsets[w])
+    path = np.zeros(longest + 1, dtype=np.int32)  # the states along the word before
+    states, edges = 1, 0
+    for w in range(offsets.shape[0] - 1):
+        start, length = offsets[w], offsets[w + 1] - offsets[w]
+        common = 0
+        if w > 0:
+            before, before_length = offsets[w - 1], offsets[w] - offsets[w - 1]
+            while common < length and common < before_length and data[start + common] == data[before + common]:
+                common += 1
+        for i in range(common, length):
+            tail[edges] = path[i]
+            label[edges] = data[start + i]
+            head[edges] = states
+            path[i + 1] = states
+            states += 1
+            edges += 1
+        accepting[path[length]] = True
+    if states > max_states:
+        return np.empty((0, 256), dtype=np.int32), accepting[:0], True
+    class_of = np.full(256, -1, dtype=np.int32)
+    for e in range(edges):
+        class_of[label[e]] = 0
+    k = 0
+    for b in range(256):
+        if class_of[b] == 0:
+            class_of[b] = k
+            k += 1
+    for b in range(256):
+        if class_of[b] < 0:
+            class_of[b] = k
+    first = np.zeros(states + 1, dtype=np.int64)  # a stable counting sort of the edges by tail
+    for e in range(edges):
+        first[tail[e] + 1] += 1
+    for s in range(states):
+        first[s + 1] += first[s]
+    by_tail = np.empty(edges, dtype=np.int32)
+    by_label = np.empty(edges, dtype=np.int32)
+    by_head = np.empty(edges, dtype=np.int32)
+    for e in range(edges):
+        j = first[tail[e]]
+        first[tail[e]] += 1
+        by_tail[j] = tail[e]
+        by_label[j] = class_of[label[e]]
+        by_head[j] = head[e]
+    reduced, out_accepting = _reduce_edges(states, k + 1, by_tail, by_label, by_head, accepting[:states])
+    table = np.empty((reduced.shape[0], 256), dtype=np.int32)
+    for s in range(reduced.shape[0]):
+        for b in range(256):
+            table[s, b] = reduced[s, class_of[b]]
+    return table, out_accepting, False

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from contextlib import nullcontext
 from dataclasses import replace
 
-from constrain.automata.dfa import ByteDFA
+from constrain.automata.dfa import ByteDFA, words_dfa
 from constrain.automata.limits import (
     AUTOMATON_CACHE_BYTES,
     MAX_GRAMMAR_RULES,
@@ -299,6 +299,11 @@ def _rule_dfa(body: Expr) -> tuple[ByteDFA, tuple[str, ...]]:
 
 
 def _build_rule_dfa(body: Expr) -> tuple[ByteDFA, tuple[str, ...]]:
+    if type(body) is Alt and body.items and all(type(item) is Literal for item in body.items):  # an enum, a choice
+        dfa = words_dfa([_literal_bytes(item) for item in body.items])
+        for array in (dfa.trans, dfa.accepting, dfa.calls):
+            array.flags.writeable = False
+        return dfa, ()
     called: dict[str, int] = {}
     collect_refs(body, called)
     nfa = ByteNFA()
@@ -414,12 +419,16 @@ def _add_leaf(nfa: ByteNFA, leaf: Literal | Ref, src: int, dst: int, index: Mapp
     if type(leaf) is Ref:
         nfa.add_call(src, index[leaf.rule], dst)
         return
-    value = leaf.value
-    data = value.encode() if isinstance(value, str) else bytes(value)
+    data = _literal_bytes(leaf)
     if data:
         nfa.add_literal(src, data, dst)
     else:
         nfa.add_epsilon(src, dst)
+
+
+def _literal_bytes(literal: Literal) -> bytes:
+    value = literal.value
+    return value.encode() if isinstance(value, str) else bytes(value)
 
 
 @memoized(AUTOMATON_CACHE_BYTES, lambda dfa, pattern: dfa.nbytes + len(pattern))

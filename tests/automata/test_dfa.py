@@ -143,6 +143,42 @@ def test_removing_words_from_a_quoted_string_language_builds_the_minimal_dfa(nam
     assert np.array_equal(fast.trans, reference.trans) and np.array_equal(fast.accepting, reference.accepting)
 
 
+@given(st.lists(st.lists(st.sampled_from(b"ab\x00\xff"), max_size=5).map(bytes), max_size=12))
+@settings(max_examples=300, deadline=None)
+def test_the_dfa_of_a_set_of_words_is_the_subset_construction_of_their_alternative(words):
+    """``words_dfa`` (an enum's values: a trie minimised as edges) gives the table the subset construction of the
+    words' alternative gives, state for state: empty words, prefixes of one another, repeats and any byte."""
+    from constrain.automata.dfa import words_dfa
+    from constrain.automata.nfa import ByteNFA
+
+    nfa = ByteNFA()
+    start, accept = nfa.new_state(), nfa.new_state()
+    for word in words:
+        if word:
+            nfa.add_literal(start, word, accept)
+        else:
+            nfa.add_epsilon(start, accept)
+    reference = nfa.determinize(start, accept)
+    fast = words_dfa(words)
+    assert np.array_equal(fast.trans, reference.trans) and np.array_equal(fast.accepting, reference.accepting)
+    for word in words:
+        state = 0
+        for byte in word:
+            state = fast.trans[state, byte]
+        assert fast.accepting[state], word
+
+
+def test_the_dfa_of_too_many_words_is_refused_before_its_table_is_made(monkeypatch):
+    import constrain.automata.dfa as dfa_module
+    from constrain.automata.dfa import words_dfa
+    from constrain.errors import AutomatonTooLarge
+
+    monkeypatch.setattr(dfa_module, "MAX_DFA_STATES", 10)
+    assert words_dfa([b"abcd", b"abce"]).num_states == 5  # a trie of 6 states, within the bound
+    with pytest.raises(AutomatonTooLarge, match="more than 10 DFA states"):
+        words_dfa([b"abcdefgh", b"xyzxyzxyz"])
+
+
 def test_removing_words_needs_a_prefix_free_language_holding_them():
     with pytest.raises(ValueError, match="not in the language"):
         regex_to_dfa('"[a-z]*"').reduced().without_words([b'"A"'])
