@@ -424,7 +424,8 @@ def _string_language(key: _StringKey) -> _CDFA | None:
             d = _meet(d, _searched(pattern))
         for name in key.formats:
             d = _meet(d, _format_language(name))
-        d = d or _CDFA.universal()
+        if d is None:
+            d = _CDFA.universal()
         if key.excluded:
             d = d.minus(_CDFA.literals(key.excluded)).minimized()
         for pattern in key.neg_patterns:
@@ -532,8 +533,9 @@ def _key_language(order: Iterable[str], chosen: Set[str], names: Iterable[str], 
         if p in chosen:
             d = _meet(d, _searched(p))
         else:
-            d = (d or _CDFA.universal()).minus(_searched(p)).minimized()
-    d = d or _CDFA.universal()
+            d = (_CDFA.universal() if d is None else d).minus(_searched(p)).minimized()
+    if d is None:
+        d = _CDFA.universal()
     names = list(names)
     if names:
         d = d.minus(_CDFA.literals(names)).minimized()
