@@ -18,6 +18,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from constrain import pages
 from constrain.cache import BoundedCache
 from constrain.errors import AmbiguityError, DepthError
 from constrain.grammar.ir import Grammar, Pushdown
@@ -100,7 +101,7 @@ class Machine:
     def _allocate(self, states: int, edges: int) -> None:
         """Arrays for ``states`` states and ``edges`` call edges, holding what the current ones hold."""
         used, edges_used = self.num_states, (int(self.call_ptr[self.num_states]) if self.num_states else 0)
-        trans = np.empty((states, 256), dtype=np.int32)
+        trans = pages.empty((states, 256), np.int32)  # mapped past 4 MiB: see constrain.pages
         accepting = np.zeros(states, dtype=bool)
         plain = np.zeros(states, dtype=bool)
         state_rule = np.zeros(states, dtype=np.int32)
