@@ -13,7 +13,7 @@ from functools import cached_property
 import numpy as np
 from numba import njit
 
-from constrain.automata.limits import MAX_DFA_STATES
+from constrain.automata.limits import MAX_DFA_STATES, MAX_NFA_STATES
 from constrain.automata.minimize import _bfs_order, _reduce, _reduce_edges, _renumber_in_place
 from constrain.errors import AutomatonTooLarge, StructureError
 
@@ -461,9 +461,13 @@ def words_dfa(words: list[bytes]) -> ByteDFA:
     """The minimal DFA of a finite set of byte strings (an enum's values, a choice), numbered as
     :meth:`ByteDFA.reduced` numbers states: the same automaton as the subset construction of their alternative,
     made from their trie instead, minimised as edges (no table of the trie is written).
-    :class:`~constrain.errors.AutomatonTooLarge` when the trie has more than
+    :class:`~constrain.errors.AutomatonTooLarge` when the words hold more than
+    :data:`~constrain.automata.limits.MAX_NFA_STATES` bytes (their alternative's NFA would have as many states),
+    checked before anything is built, or when the trie has more than
     :data:`~constrain.automata.limits.MAX_DFA_STATES` states, where the subset construction stops too."""
     ordered = sorted(set(words))
+    if sum(map(len, ordered)) > MAX_NFA_STATES:
+        raise AutomatonTooLarge(f"the automaton needs more than {MAX_NFA_STATES:,} NFA states")
     data = np.frombuffer(b"".join(ordered), dtype=np.uint8)
     offsets = np.zeros(len(ordered) + 1, dtype=np.int64)
     np.cumsum([len(w) for w in ordered], out=offsets[1:])

@@ -169,6 +169,7 @@ def test_the_dfa_of_a_set_of_words_is_the_subset_construction_of_their_alternati
 
 
 def test_the_dfa_of_too_many_words_is_refused_before_its_table_is_made(monkeypatch):
+    """Past the bytes an NFA may hold, refused before the trie is made; past the DFA states, before its table."""
     import constrain.automata.dfa as dfa_module
     from constrain.automata.dfa import words_dfa
     from constrain.errors import AutomatonTooLarge
@@ -177,6 +178,9 @@ def test_the_dfa_of_too_many_words_is_refused_before_its_table_is_made(monkeypat
     assert words_dfa([b"abcd", b"abce"]).num_states == 5  # a trie of 6 states, within the bound
     with pytest.raises(AutomatonTooLarge, match="more than 10 DFA states"):
         words_dfa([b"abcdefgh", b"xyzxyzxyz"])
+    monkeypatch.setattr(dfa_module, "MAX_NFA_STATES", 16)  # the bytes of the words, as the NFA path counts them
+    with pytest.raises(AutomatonTooLarge, match="more than 16 NFA states"):
+        words_dfa([b"abcdefgh", b"abcdefghi"])
 
 
 def test_removing_words_needs_a_prefix_free_language_holding_them():
