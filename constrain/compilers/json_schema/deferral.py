@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from constrain.automata.regex import RegexError
@@ -160,10 +160,7 @@ class _Deferral:
             bad.update(_on_cycles(in_place))
         if not bad:
             return bad
-        callers: dict[str, list[str]] = {}
-        for ptr, (_, in_place_children, below) in found.items():
-            for child in (*in_place_children, *below):
-                callers.setdefault(child, []).append(ptr)
+        callers = _callers(found, found)
         work = list(bad)
         while work:
             for caller in callers.get(work.pop(), ()):
@@ -189,11 +186,7 @@ class _Deferral:
                 undecided = True
         if not undecided:
             return
-        callers: dict[str, list[str]] = {}
-        for ptr in order:
-            _, in_place, below = found[ptr]
-            for child in (*in_place, *below):
-                callers.setdefault(child, []).append(ptr)
+        callers = _callers(found, order)
         work = [ptr for ptr in order if productive[ptr]]
         while work:  # a subschema turns productive once its terms do, and tells its callers
             for caller in callers.get(work.pop(), ()):
@@ -480,6 +473,18 @@ def _may_reach(node: Any, count: int) -> bool:
         elif isinstance(item, list):
             work.extend(item)
     return False
+
+
+def _callers(
+    found: Mapping[str, tuple[_Formula, tuple[str, ...], tuple[str, ...]]], among: Iterable[str]
+) -> dict[str, list[str]]:
+    """Per subschema, those of ``among`` (subschemas of ``found``) that apply it, to the same value or to a part."""
+    callers: dict[str, list[str]] = {}
+    for ptr in among:
+        _, same_value, below = found[ptr]
+        for child in (*same_value, *below):
+            callers.setdefault(child, []).append(ptr)
+    return callers
 
 
 def _on_cycles(graph: Mapping[str, list[str]]) -> set[str]:
