@@ -108,9 +108,7 @@ class ByteDFA:
         more than :data:`~constrain.automata.limits.MAX_DFA_STATES` states (found before its table is made)."""
         if self.calls.shape[1] or (self.trans[self.accepting] >= 0).any():
             raise StructureError("without_words needs a call-free DFA whose accepting states read nothing")
-        data = np.frombuffer(b"".join(words), dtype=np.uint8)
-        offsets = np.zeros(len(words) + 1, dtype=np.int64)
-        np.cumsum([len(w) for w in words], out=offsets[1:])
+        data, offsets = _packed(words)
         trans, accepting, status = _trie_complement(data, offsets, self.trans, self.accepting, MAX_DFA_STATES)
         if status == 1:
             raise StructureError("a word to remove is not in the language")
@@ -457,6 +455,14 @@ def _trie_complement(data, offsets, trans, accepting, max_states):
     return out[:tail].copy(), out_accepting[:tail].copy(), 0
 
 
+def _packed(words: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """``words`` as the kernels read them: their bytes end to end, and where each begins (one more offset, the
+    end)."""
+    offsets = np.zeros(len(words) + 1, dtype=np.int64)
+    np.cumsum([len(w) for w in words], out=offsets[1:])
+    return np.frombuffer(b"".join(words), dtype=np.uint8), offsets
+
+
 def words_dfa(words: list[bytes]) -> ByteDFA:
     """The minimal DFA of a finite set of byte strings (an enum's values, a choice), numbered as
     :meth:`ByteDFA.reduced` numbers states: the same automaton as the subset construction of their alternative,
@@ -468,10 +474,7 @@ def words_dfa(words: list[bytes]) -> ByteDFA:
     ordered = sorted(set(words))
     if sum(map(len, ordered)) > MAX_NFA_STATES:
         raise AutomatonTooLarge(f"the automaton needs more than {MAX_NFA_STATES:,} NFA states")
-    data = np.frombuffer(b"".join(ordered), dtype=np.uint8)
-    offsets = np.zeros(len(ordered) + 1, dtype=np.int64)
-    np.cumsum([len(w) for w in ordered], out=offsets[1:])
-    trans, accepting, too_large = _words_table(data, offsets, MAX_DFA_STATES)
+    trans, accepting, too_large = _words_table(*_packed(ordered), MAX_DFA_STATES)
     if too_large:
         raise AutomatonTooLarge(f"the automaton needs more than {MAX_DFA_STATES:,} DFA states")
     return ByteDFA(trans, accepting)

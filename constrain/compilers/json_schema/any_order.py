@@ -105,12 +105,10 @@ class _AnyOrderRules:
             if read in after:
                 return after[read]
             options: list[Expr] = []
-            if read.bit_count() < order.hi:
-                for i in range(order.n):
-                    if not read >> i & 1:
-                        tail = rest(read | 1 << i)
-                        if tail is not None:
-                            options.append(Seq((order.comma, order.members[i], tail)))
+            for i in order.following(read):
+                tail = rest(read | 1 << i)
+                if tail is not None:
+                    options.append(Seq((order.comma, order.members[i], tail)))
             after[read] = found = order.then(options, read)
             return found
 

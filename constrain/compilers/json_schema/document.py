@@ -50,9 +50,7 @@ def _names_resources(schema: Any) -> bool:
     while stack:
         node, root = stack.pop()
         if isinstance(node, Mapping):
-            if any(key in node for key in _ANCHOR_KEYWORDS):
-                return True
-            if not root and any(isinstance(node.get(key), str) for key in _ID_KEYWORDS):
+            if _names_here(node, root):
                 return True
             stack.extend(
                 (value, False)
@@ -62,6 +60,13 @@ def _names_resources(schema: Any) -> bool:
         elif isinstance(node, list):
             stack.extend((value, False) for value in node if isinstance(value, (Mapping, list)))
     return False
+
+
+def _names_here(node: Mapping, root: bool) -> bool:
+    """Whether the object ``node`` names an anchor, or, below the root, a resource or a dialect (as a string)."""
+    return any(key in node for key in _ANCHOR_KEYWORDS) or (
+        not root and any(isinstance(node.get(key), str) for key in _ID_KEYWORDS)
+    )
 
 
 def _total_specification(spec: Any, embedded: list[tuple[Mapping, str]]) -> Any:
@@ -662,13 +667,7 @@ def _json_containers(schema: Any) -> tuple[int, bool] | None:
                     return None
             stack.extend(node.values())
             containers += 1
-            if not naming and (
-                "$anchor" in node
-                or "$dynamicAnchor" in node
-                or "$recursiveAnchor" in node
-                or (node is not schema and any(isinstance(node.get(key), str) for key in _ID_KEYWORDS))
-            ):
-                naming = True
+            naming = naming or _names_here(node, node is schema)
         elif isinstance(node, list):
             stack.extend(node)
             containers += 1
