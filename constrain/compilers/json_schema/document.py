@@ -38,6 +38,7 @@ _NAMING_KEYWORDS = {
 #: is the base URI anyway), ids and embedded dialects, as strings ("id" is also a common property name).
 _ANCHOR_KEYWORDS = ("$anchor", "$dynamicAnchor", "$recursiveAnchor")
 _ID_KEYWORDS = ("id", "$id", "$schema")
+_RESOURCE_KEYS = frozenset(_ANCHOR_KEYWORDS + _ID_KEYWORDS)
 #: Keywords whose value is data, not a schema: no reference lands inside one that is not an object.
 _VALUE_KEYWORDS = frozenset(("enum", "const", "default", "examples", "example"))
 
@@ -64,7 +65,10 @@ def _names_resources(schema: Any) -> bool:
 
 def _names_here(node: Mapping, root: bool) -> bool:
     """Whether the object ``node`` names an anchor, or, below the root, a resource or a dialect (as a string)."""
-    return any(key in node for key in _ANCHOR_KEYWORDS) or (
+    keys = node.keys()
+    if keys.isdisjoint(_RESOURCE_KEYS):  # most objects: one set operation
+        return False
+    return not keys.isdisjoint(_ANCHOR_KEYWORDS) or (
         not root and any(isinstance(node.get(key), str) for key in _ID_KEYWORDS)
     )
 
