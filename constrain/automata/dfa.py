@@ -14,7 +14,7 @@ import numpy as np
 from numba import njit
 
 from constrain.automata.limits import MAX_DFA_STATES, MAX_NFA_STATES
-from constrain.automata.minimize import _bfs_order, _reduce, _reduce_edges, _renumber_in_place
+from constrain.automata.minimize import _bfs_order, _reduce, _reduce_edges, _renumber_in_place, column_classes
 from constrain.errors import AutomatonTooLarge, StructureError
 
 DEAD = -1
@@ -73,10 +73,17 @@ class ByteDFA:
     def digest(self) -> bytes:
         """A digest of the byte table and the accepting states (a call-free DFA's identity up to its numbering:
         minimal DFAs of one language, numbered by :meth:`reduced`, have the same digest). Made when first asked
-        for: hashing a table costs tens of microseconds."""
-        digest = hashlib.blake2b(self.trans.tobytes(), digest_size=16)
+        for.
+
+        The table is hashed in a compact form that only it gives and that gives it back: each byte's class of
+        identical columns (numbered in byte order) and one column per class. A string automaton of thousands of
+        states reads a few dozen distinct columns, so this hashes a tenth of the bytes (a 5,476-state counted
+        email: 2 ms instead of 7)."""
+        reps, class_of = column_classes(self.trans)
+        digest = hashlib.sha256(class_of.astype(np.uint8).tobytes())
+        digest.update(np.take(self.trans, reps, axis=1).tobytes())
         digest.update(self.accepting.tobytes())
-        return digest.digest()
+        return digest.digest()[:16]
 
     @property
     def is_empty(self) -> bool:

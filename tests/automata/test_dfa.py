@@ -13,6 +13,37 @@ from hypothesis import strategies as st
 from constrain.automata.dfa import ByteDFA, bounded_language_hashes
 from constrain.automata.regex import regex_to_dfa
 
+# -- digest ----------------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 6).flatmap(
+        lambda n: st.tuples(
+            st.lists(st.integers(-1, n - 1), min_size=4 * n, max_size=4 * n),
+            st.lists(st.integers(0, 3), min_size=256, max_size=256),
+            st.lists(st.booleans(), min_size=n, max_size=n),
+        )
+    ),
+    st.data(),
+)
+def test_the_digest_tells_tables_apart_exactly(case, data):
+    """Digests of equal tables are equal; changing one cell or one accepting flag changes the digest. Tables are
+    drawn with few distinct columns (each byte copies one of four), as automata over text have."""
+    cells, byte_column, accepting = case
+    n = len(accepting)
+    trans = np.array(cells, dtype=np.int32).reshape(n, 4)[:, byte_column]
+    dfa = ByteDFA(trans, np.array(accepting))
+    assert ByteDFA(trans.copy(), np.array(accepting)).digest == dfa.digest
+    s, b = data.draw(st.integers(0, n - 1)), data.draw(st.integers(0, 255))
+    changed = trans.copy()
+    changed[s, b] = (trans[s, b] + 2) % (n + 1) - 1  # another target in -1 .. n-1
+    assert ByteDFA(changed, np.array(accepting)).digest != dfa.digest
+    flipped = np.array(accepting)
+    flipped[s] = not flipped[s]
+    assert ByteDFA(trans, flipped).digest != dfa.digest
+
+
 # -- DFA shape -------------------------------------------------------------------------------------------------
 
 
