@@ -442,6 +442,11 @@ class BoundedCache:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def __contains__(self, key: Hashable) -> bool:
+        """Whether ``key`` is held (its place in the order unchanged)."""
+        with self._lock:
+            return key in self._entries
+
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -450,7 +455,7 @@ def memoized(max_bytes: int, cost: Callable[..., int]) -> Callable[[_F], _F]:
     """A per-process memo of a function of hashable positional arguments, as :func:`functools.lru_cache` keeps
     one, but bounded in bytes rather than entries (an automaton can take a hundred megabytes): ``cost(result,
     *args)`` estimates what an entry holds, and the least recently used go first. What raises is not kept. The
-    wrapper's ``cache_clear()`` empties the memo."""
+    wrapper's ``cache_clear()`` empties the memo, and its ``cached(*args)`` says whether it holds ``args``."""
 
     def decorate(function: _F) -> _F:
         cache = BoundedCache(max_bytes)
@@ -465,6 +470,7 @@ def memoized(max_bytes: int, cost: Callable[..., int]) -> Callable[[_F], _F]:
             return result
 
         memo.cache_clear = cache.clear  # type: ignore[attr-defined]
+        memo.cached = lambda *args: args in cache  # type: ignore[attr-defined]
         return memo  # type: ignore[return-value]
 
     return decorate

@@ -104,9 +104,10 @@ class _Compiler(
         #: Whether values whose subschema is certified are lowered later (:mod:`~constrain.compilers.json_schema.
         #: deferral`): strict mode only, where a relaxation cannot wait to be noted, and not with
         #: property_order="any", whose per-schema budget would go to the objects whose texts are read first.
-        self.lazy = (
-            lazy and strict and not self.any_order and MIN_DEFERRING_NODES <= self.doc.containers <= MAX_DEFERRING_NODES
-        )
+        self.lazy = lazy and strict and not self.any_order and self.doc.containers <= MAX_DEFERRING_NODES
+        #: Whether whole subtrees may be among them, or only costly strings (a small schema lowers in less time
+        #: than certifying its values would save).
+        self.lazy_subtrees = self.lazy and self.doc.containers >= MIN_DEFERRING_NODES
         #: Whether the sets of members an object of ``property_order="any"`` has read may be rules written when a
         #: matcher first reaches them, for objects too large to read in one rule (:meth:`~constrain.compilers.
         #: json_schema.any_order._AnyOrderRules.members_any_order_later`).

@@ -28,10 +28,10 @@ from typing import Any
 from constrain.automata.regex import RegexError
 from constrain.compilers.json_schema.document import _escape_token
 from constrain.compilers.json_schema.errors import _TIME_LIMIT, _NotNegatable, _TooLarge
-from constrain.compilers.json_schema.formats import _UNSUPPORTED_FORMATS
+from constrain.compilers.json_schema.formats import _FORMATS, _UNSUPPORTED_FORMATS
 from constrain.compilers.json_schema.keywords import _DRAFT3_ONLY, _VALIDATION, _Part
 from constrain.compilers.json_schema.rules import _sccs
-from constrain.compilers.json_schema.strings import _searched, _string_automaton, _StringKey, _StringOutcome
+from constrain.compilers.json_schema.strings import _costly_string, _searched, _string_holds, _StringKey
 from constrain.compilers.json_schema.values import _is_utf8, _to_decimal
 from constrain.errors import JsonSchemaError
 
@@ -82,15 +82,31 @@ class _Deferral:
     :data:`CERTIFIED_KEYWORDS` less those the schema's draft does not know."""
 
     def deferrable(self, ptr: str) -> bool:
-        """Whether the subschema at ``ptr`` is worth lowering later and may be: certified, productive, and
-        reaching at least :data:`MIN_DEFERRED_SUBSCHEMAS` subschemas."""
+        """Whether the subschema at ``ptr`` is worth lowering later and may be: certified, productive, and either
+        reaching at least :data:`MIN_DEFERRED_SUBSCHEMAS` subschemas in a schema of at least
+        :data:`MIN_DEFERRING_NODES` objects and arrays, or a string whose automaton is costly to build
+        (:func:`_costly_string`). Anything smaller is cheaper to lower now than to certify."""
+        node = self.node(ptr)
+        if self.lazy_subtrees and _may_reach(node, MIN_DEFERRED_SUBSCHEMAS):
+            return self._certified_productive(ptr) and self._reaches(ptr, MIN_DEFERRED_SUBSCHEMAS)
+        if type(node) is not dict or node.get("type") != "string":
+            return False
+        lo, hi = node.get("minLength", 0), node.get("maxLength")
+        key = _text_key(node)
+        return (
+            key is not None
+            and type(lo) is int
+            and (hi is None or type(hi) is int)
+            and _costly_string(key, lo, hi)
+            and self._certified_productive(ptr)
+        )
+
+    def _certified_productive(self, ptr: str) -> bool:
         certified = self._certified.get(ptr)
         if certified is None:
-            if not _may_reach(self.node(ptr), MIN_DEFERRED_SUBSCHEMAS):
-                return False  # too small to be worth putting off: cheaper to lower now than to certify
             self._certify(ptr)
             certified = self._certified[ptr]
-        return certified and self._productive[ptr] and self._reaches(ptr, MIN_DEFERRED_SUBSCHEMAS)
+        return certified and self._productive[ptr]
 
     def _reaches(self, ptr: str, count: int) -> bool:
         """Whether the certified subschema at ``ptr`` reaches ``count`` subschemas (itself included)."""
@@ -324,28 +340,25 @@ class _Deferral:
                 return True
         return False
 
-    def _strings_hold(self, node: Mapping) -> bool:
-        """Lengths in order, and a pattern or a format alone, supported, whose language is not empty."""
+    @staticmethod
+    def _strings_hold(node: Mapping) -> bool:
+        """Lengths in order, and a pattern and a format, supported, whose strings of those lengths lower to one
+        automaton that matches something (:func:`_string_holds`)."""
         lo, hi = node.get("minLength", 0), node.get("maxLength")
         for bound in (lo, hi):
             if bound is not None and (type(bound) is not int or not 0 <= bound <= MAX_CERTIFIED_LENGTH):
                 return False
         if hi is not None and lo > hi:
             return False
-        pattern, form = node.get("pattern"), node.get("format")
-        if pattern is None and form is None:
-            return True
-        if (pattern is not None and form is not None) or lo or hi is not None:
+        key = _text_key(node)
+        if key is None:
             return False
-        if form is not None:
-            return isinstance(form, str) and form not in _UNSUPPORTED_FORMATS
-        if not isinstance(pattern, str):
-            return False
+        if not key.patterns and (not key.formats or (lo == 0 and hi is None)):
+            return True  # lengths alone, or a format alone (a regex of its own)
         try:
-            found = _string_automaton(_StringKey((pattern,), (), (), (), ()), 0, None)
+            return _string_holds(key, lo, hi)
         except (RegexError, _TooLarge):
             return False
-        return found is _StringOutcome.ANY_TEXT or not isinstance(found, _StringOutcome)
 
     def _numbers_hold(self, node: Mapping, types: set[str]) -> bool:
         """Numeric bounds of moderate size that leave a number (an integer, when only integers are allowed)."""
@@ -452,6 +465,17 @@ class _Deferral:
             below.append(f"{ptr}/items")
             return f"{ptr}/items" if lo else True
         return True
+
+
+def _text_key(node: Mapping) -> _StringKey | None:
+    """What a subschema's ``pattern`` and ``format`` say of a string's text, as its lowering reads them (a format
+    it does not know is an annotation); None when either is malformed or the format is not supported."""
+    pattern, form = node.get("pattern"), node.get("format")
+    if (pattern is not None and not isinstance(pattern, str)) or (form is not None and not isinstance(form, str)):
+        return None
+    if form in _UNSUPPORTED_FORMATS:
+        return None
+    return _StringKey(() if pattern is None else (pattern,), (form,) if form in _FORMATS else (), (), (), ())
 
 
 def _may_reach(node: Any, count: int) -> bool:

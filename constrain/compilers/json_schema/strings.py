@@ -158,33 +158,10 @@ def _chain_table(template, copies, first, rows, looping):
 
 def _counted_dfa(d: _CDFA, lo: int, hi: int | None, quoted: bool = False) -> ByteDFA:
     """The canonical JSON string bodies (between double quotes when ``quoted``) that decode to a string of ``d``
-    with ``lo`` to ``hi`` code points (``hi=None``: at least ``lo``), as a minimal byte DFA.
-
-    Built once at the byte level rather than as a product over code points written back as blocks: the body
-    automaton of ``d`` runs beside :data:`_TRACKER`, which says which bytes begin a character, and a count of the
-    characters read is kept beside the pairs (:func:`_count_walk`, over the byte classes the pairs tell apart).
-    Only the counts that can still end in range are kept: a pair from which every completion needs more
-    characters than are left is dead, and one from which no completion can pass ``hi`` (nor fall short of
-    ``lo``) forgets its count. The numba minimiser then folds it. Raises _TooLarge past
-    :data:`MAX_COUNTED_STATES` states before minimising."""
-    body = d.encode_json().to_byte_dfa()
-    track_next, track_starts = _TRACKER
-    trans, pairs = _pair_walk(body.trans, track_next)
-    check_deadline()
-    starts = np.where(trans >= 0, track_starts[pairs[:, 1]], 0).astype(np.int32)  # (n, 256)
-    final = body.accepting[pairs[:, 0]].astype(np.bool_)
-    least, most = _remaining_chars(trans, starts, final)
-    # byte classes: the pairs' columns, with the quote a class of its own (it closes a quoted string)
-    marker = np.zeros((1, 256), dtype=np.int32)
-    marker[0, 0x22] = 1
-    reps, class_of = column_classes(np.ascontiguousarray(np.vstack([trans, starts, marker])))
-    ktrans = np.take(trans, reps, axis=1)
-    kstarts = np.take(starts, reps, axis=1)
-    table, accepting, status = _count_walk(
-        ktrans, kstarts, final, least, most, lo, -1 if hi is None else hi, MAX_COUNTED_STATES
-    )
-    if status:
-        raise _TooLarge("counted product")
+    with ``lo`` to ``hi`` code points (``hi=None``: at least ``lo``), as a minimal byte DFA: the states of
+    :func:`_counted_walk`, folded by the numba minimiser. Raises _TooLarge past :data:`MAX_COUNTED_STATES` states
+    before minimising."""
+    table, accepting, class_of = _counted_walk(d, lo, hi, MAX_COUNTED_STATES)
     check_deadline()
     if quoted:  # a state of its own reads the opening quote; accepting states read the closing one
         quote = int(class_of[0x22])
@@ -199,6 +176,38 @@ def _counted_dfa(d: _CDFA, lo: int, hi: int | None, quoted: bool = False) -> Byt
         table = closed
     reduced, out_accepting = _reduce(table, accepting)
     return ByteDFA(np.take(reduced, class_of, axis=1), out_accepting)
+
+
+def _counted_walk(d: _CDFA, lo: int, hi: int | None, max_states: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(table, accepting, class_of)``: the canonical JSON string bodies that decode to a string of ``d`` with
+    ``lo`` to ``hi`` code points, as a DFA over byte classes (``class_of`` maps a byte to its column; the quote is
+    a class of its own), not minimised.
+
+    Built once at the byte level rather than as a product over code points written back as blocks: the body
+    automaton of ``d`` runs beside :data:`_TRACKER`, which says which bytes begin a character, and a count of the
+    characters read is kept beside the pairs (:func:`_count_walk`, over the byte classes the pairs tell apart).
+    Only the counts that can still end in range are kept: a pair from which every completion needs more
+    characters than are left is dead, and one from which no completion can pass ``hi`` (nor fall short of
+    ``lo``) forgets its count. Raises _TooLarge past ``max_states`` states."""
+    body = d.encode_json().to_byte_dfa()
+    track_next, track_starts = _TRACKER
+    trans, pairs = _pair_walk(body.trans, track_next)
+    check_deadline()
+    starts = np.where(trans >= 0, track_starts[pairs[:, 1]], 0).astype(np.int32)  # (n, 256)
+    final = body.accepting[pairs[:, 0]].astype(np.bool_)
+    least, most = _remaining_chars(trans, starts, final)
+    # byte classes: the pairs' columns, with the quote a class of its own (it closes a quoted string)
+    marker = np.zeros((1, 256), dtype=np.int32)
+    marker[0, 0x22] = 1
+    reps, class_of = column_classes(np.ascontiguousarray(np.vstack([trans, starts, marker])))
+    ktrans = np.take(trans, reps, axis=1)
+    kstarts = np.take(starts, reps, axis=1)
+    table, accepting, status = _count_walk(
+        ktrans, kstarts, final, least, most, lo, -1 if hi is None else hi, max_states
+    )
+    if status:
+        raise _TooLarge("counted product")
+    return table, accepting, class_of
 
 
 @njit(cache=True)
@@ -480,9 +489,8 @@ def _build_string_automaton(key: _StringKey, lo: int, hi: int | None) -> Automat
     if _is_universal(d):  # a pattern any string has somewhere, such as "([0-9a-z]+)?"
         return _StringOutcome.ANY_TEXT
     if lo > 0 or hi is not None:
-        shortest, longest = d.length_range()
-        if shortest >= lo and (hi is None or (longest is not None and longest <= hi)):
-            return _string_automaton(key, 0, None)  # the lengths are redundant
+        if _lengths_redundant(d, lo, hi):
+            return _string_automaton(key, 0, None)
         try:
             counted = _counted_dfa(d, lo, hi, quoted=True)
         except _TooLarge:
@@ -498,6 +506,51 @@ def _build_string_automaton(key: _StringKey, lo: int, hi: int | None) -> Automat
         return _StringOutcome.TOO_LARGE
 
 
+def _lengths_redundant(d: _CDFA, lo: int, hi: int | None) -> bool:
+    """Whether every string of ``d`` has ``lo`` to ``hi`` characters already."""
+    shortest, longest = d.length_range()
+    return shortest >= lo and (hi is None or (longest is not None and longest <= hi))
+
+
+#: A length bound from which a counted string's automaton (about 14 states a character) takes a millisecond or
+#: more to build: such a string is worth lowering when a matcher first reaches it, if this process has not built
+#: its automaton yet (:mod:`~constrain.compilers.json_schema.deferral`).
+MIN_COSTLY_LENGTH = 64
+
+
+def _costly_string(key: _StringKey, lo: int, hi: int | None) -> bool:
+    """Whether lowering the strings of ``key`` with ``lo`` to ``hi`` characters would build a counted automaton of
+    at least :data:`MIN_COSTLY_LENGTH` characters that this process has not built yet."""
+    top = lo if hi is None else hi
+    if top < MIN_COSTLY_LENGTH:
+        return False
+    if key == _NO_TEXT_CONSTRAINTS:
+        return top <= LENGTH_BLOCK_THRESHOLD and not _counted_chars.cached(lo, hi, True, True)
+    return (key, lo, hi) not in _STRING_AUTOMATA
+
+
+def _string_holds(key: _StringKey, lo: int, hi: int | None) -> bool:
+    """Whether the strings of ``key`` with ``lo`` to ``hi`` characters lower to one automaton that matches
+    something (neither empty nor too large, nor cut into blocks), decided without folding a counted automaton:
+    its states are walked, and the automaton is built when the string is lowered. Raises RegexError or _TooLarge
+    as :func:`_searched` does."""
+    found = _STRING_AUTOMATA.get((key, lo, hi))
+    if found is None and (lo > 0 or hi is not None):
+        d = _string_language(key)
+        if d is None or d.is_empty():
+            return False
+        if not _is_universal(d) and not _lengths_redundant(d, lo, hi):
+            try:  # two states more once quoted, which minimising cannot add
+                _, accepting, _ = _counted_walk(d, lo, hi, MAX_COUNTED_BYTE_STATES - 2)
+            except _TooLarge:
+                return False
+            return bool(accepting.any())
+    if found is None:
+        found = _string_automaton(key, lo, hi)  # no counted automaton: the lengths hold for every string
+    return found is _StringOutcome.ANY_TEXT or isinstance(found, Automaton)
+
+
+_NO_TEXT_CONSTRAINTS = _StringKey((), (), (), (), ())
 _FULL_RANGES = _merge_ranges(_FULL)
 
 

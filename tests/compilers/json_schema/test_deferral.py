@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from constrain.compilers.json_schema import compile_json_schema, deferral, schema_to_grammar
+from constrain.compilers.json_schema import compile_json_schema, deferral, schema_to_grammar, strings
 from constrain.compilers.json_schema import compiler as compiler_module
 from constrain.compilers.json_schema.compiler import _Compiler
 from constrain.compilers.json_schema.deferral import MAX_DEFERRING_NODES, MIN_DEFERRED_SUBSCHEMAS, MIN_DEFERRING_NODES
@@ -138,7 +138,9 @@ def test_a_lazy_structure_masks_like_the_eager_one_on_the_gemma_vocabulary(gemma
     "value",
     [
         {"type": "string", "minLength": 5, "maxLength": 2},  # unsatisfiable
-        {"type": "string", "pattern": "^[a-z]+$", "maxLength": 3},  # an intersection
+        {"type": "string", "pattern": "^[a-z]{5}$", "maxLength": 3},  # no string of the pattern that short
+        {"type": "string", "pattern": "^(ab)+$", "minLength": 3, "maxLength": 3},  # between its lengths
+        {"type": "string", "format": "date", "pattern": "^x"},  # a format and a pattern apart
         {"type": "string", "pattern": "[^\\s\\S]"},  # a pattern nothing matches
         {"type": "string", "pattern": "(?<=a)b"},  # a pattern refused
         {"type": "string", "format": "regex"},  # a format refused
@@ -178,6 +180,9 @@ def test_what_lowering_could_refuse_or_find_empty_is_not_put_off(value, put_off_
         {"type": ["string", "null"], "maxLength": 4},
         {"type": "string", "pattern": "^[a-z]{2,5}$"},
         {"type": "string", "format": "date-time"},
+        {"type": "string", "pattern": "^[a-z]+$", "maxLength": 3},
+        {"type": "string", "pattern": "^(ab)+$", "minLength": 3, "maxLength": 4},
+        {"type": "string", "format": "date", "pattern": "^2"},
         {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
         {"type": "integer", "minimum": 1, "maximum": 1},
         {"enum": [1, "a", None]},
@@ -333,6 +338,47 @@ def test_what_is_put_off_by_default_is_worth_it():
     many = {"type": "object", "properties": {f"p{i}": big_value for i in range(MAX_DEFERRING_NODES // 10)}}
     grammar, _ = schema_to_grammar(many, lazy=True)
     assert not grammar.deferred and grammar.write_later is None
+
+
+COSTLY = {
+    "type": "object",
+    "properties": {
+        "email": {"type": "string", "format": "email", "maxLength": 80},
+        "code": {"type": "string", "pattern": "^[A-Z]+-[0-9]+$", "minLength": 70, "maxLength": 90},
+        "name": {"type": "string", "minLength": 1, "maxLength": 77},
+        "short": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 63},
+        "long": {"type": "string", "maxLength": 100_000},
+        "empty": {"type": "string", "pattern": "^(ab)+$", "minLength": 65, "maxLength": 65},
+    },
+    "additionalProperties": False,
+}
+
+
+def test_a_costly_string_is_written_when_a_matcher_reaches_it():
+    """In a schema of any size, a string whose counted automaton (at least MIN_COSTLY_LENGTH characters) this
+    process has not built yet is put off when it is certified: not one the lengths leave empty, nor one cut into
+    blocks. Once a matcher wrote it, the process holds it, and the next compile lowers it at once."""
+    assert strings.MIN_COSTLY_LENGTH == 64
+    strings._STRING_AUTOMATA.clear()
+    strings._counted_chars.cache_clear()
+    costly = {"schema:/properties/email", "schema:/properties/code", "schema:/properties/name"}
+    assert schema_to_grammar(COSTLY, lazy=True)[0].deferred == costly
+    assert not schema_to_grammar(COSTLY)[0].deferred
+    lazy, eager = outcome(COSTLY, True), outcome(COSTLY, False)
+    code = "AB-" + "1" * 67
+    for value, ok in [
+        ({"email": "a@b.co", "code": code, "name": "x" * 77}, True),
+        ({"email": "a@b.co", "code": code + "1" * 21}, False),
+        ({"email": "a" * 75 + "@b.co"}, True),
+        ({"email": "a" * 76 + "@b.co"}, False),
+        ({"name": ""}, False),
+        ({"short": "a" * 63}, True),
+        ({"empty": "ab"}, False),
+    ]:
+        text = dumps(value)
+        assert valid(COSTLY, value) == ok
+        assert accepts(lazy, text) == accepts(eager, text) == ok, value
+    assert schema_to_grammar(COSTLY, lazy=True)[0].deferred == set()  # built by the matchers above
 
 
 def test_lenient_mode_and_the_default_of_schema_to_grammar_lower_everything(put_off_all):
