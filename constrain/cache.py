@@ -418,6 +418,17 @@ class BoundedCache:
         if entry is not None:
             self.put(key, entry[0], nbytes)
 
+    def pop(self, key: Hashable) -> Any | None:
+        """Take ``key``'s value out (None when it is not held)."""
+        with self._lock:
+            entry = self._entries.pop(key, None)
+            if entry is None:
+                return None
+            self._bytes -= entry[1]
+        if self._budget is not None:
+            self._budget.removed(self._number, key)
+        return entry[0]
+
     def _drop(self, key: Hashable) -> None:
         """Forget ``key`` (the budget evicted it)."""
         with self._lock:

@@ -100,6 +100,20 @@ def test_each_cache_keeps_its_own_bound_and_clear_returns_its_bytes():
     assert budget.used_bytes == 0
 
 
+def test_pop_takes_an_entry_out_with_its_bytes_and_contains_leaves_the_order_alone():
+    from constrain.cache import BoundedCache, CacheBudget
+
+    budget = CacheBudget(100)
+    cache = BoundedCache(1000, budget=budget)
+    cache.put("a", 1, 30)
+    cache.put("b", 2, 30)
+    assert "a" in cache and "c" not in cache  # "a" stays the least recently used
+    cache.put("c", 3, 50)  # 110 > 100: "a" goes, not "b"
+    assert "a" not in cache and cache.get("b") == 2
+    assert cache.pop("b") == 2 and cache.pop("b") is None and cache.pop("never") is None
+    assert cache.nbytes == 50 == budget.used_bytes
+
+
 def test_set_cache_budget_shrinks_the_process_budget_at_once():
     from constrain.cache import DEFAULT_CACHE_BUDGET, PROCESS_BUDGET, BoundedCache, set_cache_budget
 

@@ -57,6 +57,8 @@ _SCHEMA = {
             "required": ["city"],
         },
         "extra": {"anyOf": [{"type": "null"}, {"type": "boolean"}, {"type": "object"}]},
+        "mail": {"type": "string", "format": "email", "pattern": "^[a-z]"},  # languages intersected
+        "nick": {"type": "string", "pattern": "^(?!ab)[a-z]+$"},  # a lookahead
     },
     "required": ["name", "age"],
 }

@@ -161,7 +161,15 @@ def _counted_dfa(d: _CDFA, lo: int, hi: int | None, quoted: bool = False) -> Byt
     with ``lo`` to ``hi`` code points (``hi=None``: at least ``lo``), as a minimal byte DFA: the states of
     :func:`_counted_walk`, folded by the numba minimiser. Raises _TooLarge past :data:`MAX_COUNTED_STATES` states
     before minimising."""
-    table, accepting, class_of = _counted_walk(d, lo, hi, MAX_COUNTED_STATES)
+    return _folded(_counted_walk(d, lo, hi, MAX_COUNTED_STATES), quoted)
+
+
+_Walk = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def _folded(walk: _Walk, quoted: bool) -> ByteDFA:
+    """A :func:`_counted_walk`'s states as a minimal byte DFA, between double quotes when ``quoted``."""
+    table, accepting, class_of = walk
     check_deadline()
     if quoted:  # a state of its own reads the opening quote; accepting states read the closing one
         quote = int(class_of[0x22])
@@ -178,7 +186,7 @@ def _counted_dfa(d: _CDFA, lo: int, hi: int | None, quoted: bool = False) -> Byt
     return ByteDFA(np.take(reduced, class_of, axis=1), out_accepting)
 
 
-def _counted_walk(d: _CDFA, lo: int, hi: int | None, max_states: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _counted_walk(d: _CDFA, lo: int, hi: int | None, max_states: int) -> _Walk:
     """``(table, accepting, class_of)``: the canonical JSON string bodies that decode to a string of ``d`` with
     ``lo`` to ``hi`` code points, as a DFA over byte classes (``class_of`` maps a byte to its column; the quote is
     a class of its own), not minimised.
@@ -492,9 +500,10 @@ def _build_string_automaton(key: _StringKey, lo: int, hi: int | None) -> Automat
         if _lengths_redundant(d, lo, hi):
             return _string_automaton(key, 0, None)
         try:
-            counted = _counted_dfa(d, lo, hi, quoted=True)
+            walk = _WALKS.pop((key, lo, hi)) or _counted_walk(d, lo, hi, MAX_COUNTED_STATES)
         except _TooLarge:
             return _StringOutcome.NEEDS_BLOCKS
+        counted = _folded(walk, quoted=True)
         if counted.is_empty:
             return _StringOutcome.EMPTY_AT_LENGTHS
         if counted.num_states > MAX_COUNTED_BYTE_STATES:
@@ -516,6 +525,11 @@ def _lengths_redundant(d: _CDFA, lo: int, hi: int | None) -> bool:
 #: more to build: such a string is worth lowering when a matcher first reaches it, if this process has not built
 #: its automaton yet (:mod:`~constrain.compilers.json_schema.deferral`).
 MIN_COSTLY_LENGTH = 64
+
+
+#: The counted walks :func:`_string_holds` made, by (constraints, lengths), each until the string is lowered and
+#: folds it (:func:`_build_string_automaton`).
+_WALKS = BoundedCache(AUTOMATON_CACHE_BYTES)
 
 
 def _costly_string(key: _StringKey, lo: int, hi: int | None) -> bool:
@@ -541,10 +555,11 @@ def _string_holds(key: _StringKey, lo: int, hi: int | None) -> bool:
             return False
         if not _is_universal(d) and not _lengths_redundant(d, lo, hi):
             try:  # two states more once quoted, which minimising cannot add
-                _, accepting, _ = _counted_walk(d, lo, hi, MAX_COUNTED_BYTE_STATES - 2)
+                walk = _counted_walk(d, lo, hi, MAX_COUNTED_BYTE_STATES - 2)
             except _TooLarge:
                 return False
-            return bool(accepting.any())
+            _WALKS.put((key, lo, hi), walk, sum(part.nbytes for part in walk))
+            return bool(walk[1].any())
     if found is None:
         found = _string_automaton(key, lo, hi)  # no counted automaton: the lengths hold for every string
     return found is _StringOutcome.ANY_TEXT or isinstance(found, Automaton)
