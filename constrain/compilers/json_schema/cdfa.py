@@ -150,6 +150,11 @@ class _CDFA:
             raise
         except AutomatonTooLarge as exc:  # a budget like the compiler's own: refused or relaxed where it is used
             raise _TooLarge(str(exc)) from None
+        return _CDFA.of_text(dfa)
+
+    @staticmethod
+    def of_text(dfa: ByteDFA) -> _CDFA:
+        """The language of a byte DFA over UTF-8 text, over code points."""
         return _CDFA._of_flat(_cdfa_from_bytes_flat(dfa.trans, dfa.accepting))
 
     def is_empty(self) -> bool:

@@ -16,14 +16,16 @@ from constrain.automata.dfa import DEAD, ByteDFA
 from constrain.automata.interning import grown, insert, lookup, new_index
 from constrain.automata.limits import AUTOMATON_CACHE_BYTES, MAX_DFA_STATES, check_deadline
 from constrain.automata.minimize import _reduce, column_classes
+from constrain.automata.regex import search_dfa
 from constrain.cache import BoundedCache, memoized
 from constrain.compilers.json_schema.cdfa import _CDFA
+from constrain.compilers.json_schema.cdfa_kernels import _IS_SPECIAL, _SPECIAL_CODES
 from constrain.compilers.json_schema.errors import _TooLarge
 from constrain.compilers.json_schema.formats import _FORMATS, _FORMATS_ENCODED
 from constrain.compilers.json_schema.keywords import _Shape
 from constrain.compilers.json_schema.regex_ast import _FULL, _merge_ranges
 from constrain.compilers.json_schema.values import _CHAR, _STRING, _json_string
-from constrain.errors import RegexError
+from constrain.errors import AutomatonTooLarge, RegexError
 from constrain.grammar.ir import Alt, Automaton, Expr, Literal, Ref, Regex, Repeat, Seq
 from constrain.grammar.rules import terminal_dfa
 
@@ -423,12 +425,27 @@ class _StringOutcome(Enum):
     ANY_TEXT = "the patterns and formats allow every string: only the lengths constrain it"
 
 
+@memoized(AUTOMATON_CACHE_BYTES, lambda dfa, pattern: (0 if dfa is None else dfa.nbytes) + len(pattern))
+def _search_text(pattern: str) -> ByteDFA | None:
+    """The UTF-8 texts in which ``pattern`` matches somewhere, as a minimal byte DFA (None: it matches no
+    string); raises RegexError (naming its place in ``pattern``) or _TooLarge. Shared per process: a few patterns
+    (identifiers, hex ids, versions) recur across most schemas."""
+    try:
+        return search_dfa(pattern)
+    except RegexError as exc:
+        if "matches no string" in str(exc):
+            return None
+        raise
+    except AutomatonTooLarge as exc:  # a budget like the compiler's own: refused or relaxed where it is used
+        raise _TooLarge(str(exc)) from None
+
+
 @memoized(AUTOMATON_CACHE_BYTES, lambda d, pattern: _cdfa_bytes(d) + len(pattern))
 def _searched(pattern: str) -> _CDFA:
-    """Strings in which ``pattern`` matches somewhere, minimal; raises RegexError or _TooLarge. Shared per
-    process: a few patterns (identifiers, hex ids, versions) recur across most schemas. A RegexError names its
-    place in ``pattern``."""
-    return _CDFA.from_regex(pattern, search=True).minimized()
+    """:func:`_search_text` over code points, minimal: what patterns are combined with (formats, lengths,
+    other patterns, names)."""
+    text = _search_text(pattern)
+    return _CDFA.empty() if text is None else _CDFA.of_text(text).minimized()
 
 
 @memoized(AUTOMATON_CACHE_BYTES, lambda d, key: _cdfa_bytes(d) + sum(len(text) for texts in key for text in texts))
@@ -489,6 +506,8 @@ def _string_automaton(key: _StringKey, lo: int, hi: int | None) -> Automaton | _
 
 
 def _build_string_automaton(key: _StringKey, lo: int, hi: int | None) -> Automaton | _StringOutcome:
+    if lo == 0 and hi is None and len(key.patterns) == 1 and key == _StringKey(key.patterns, (), (), (), ()):
+        return _pattern_automaton(key.patterns[0])
     d = _string_language(key)
     if d is None:
         return _StringOutcome.TOO_LARGE
@@ -513,6 +532,73 @@ def _build_string_automaton(key: _StringKey, lo: int, hi: int | None) -> Automat
         return _automaton_of(d.encode_json().minimized(), quoted=True)
     except _TooLarge:
         return _StringOutcome.TOO_LARGE
+
+
+def _pattern_automaton(pattern: str) -> Automaton | _StringOutcome:
+    """The JSON strings in which ``pattern`` matches somewhere: its text automaton with the bytes a JSON string
+    escapes written as their escapes (:func:`_json_string_dfa`). A pattern alone, the commonest string constraint,
+    needs no round trip through code points (the same minimal automaton as :meth:`_CDFA.encode_json` gives)."""
+    try:
+        text = _search_text(pattern)
+    except _TooLarge:
+        return _StringOutcome.TOO_LARGE
+    if text is None:
+        return _StringOutcome.EMPTY
+    universal = _search_text("")
+    if text.num_states == universal.num_states and text.digest == universal.digest:
+        return _StringOutcome.ANY_TEXT
+    dfa = _json_string_dfa(text)
+    if dfa.num_states > MAX_BYTE_STATES:
+        return _StringOutcome.TOO_LARGE
+    return Automaton(dfa)
+
+
+#: The bytes a JSON string escapes, and each one's escape after the backslash (``n`` for a newline, ``u001f``).
+_ESCAPED_BYTES = np.flatnonzero(_IS_SPECIAL)
+_ESCAPES = tuple(bytes(int(c) for c in _SPECIAL_CODES[b] if c >= 0) for b in _ESCAPED_BYTES)
+
+
+def _json_string_dfa(text: ByteDFA) -> ByteDFA:
+    """The canonical JSON strings (quotes included) whose decoded text ``text`` accepts, minimal. The bytes a
+    string escapes are ASCII, so in a UTF-8 text automaton they are whole characters: each such edge becomes a
+    backslash into a trie of the escapes, one trie for the states whose escaped bytes lead to the same targets."""
+    trans = text.trans
+    n = trans.shape[0]
+    targets = trans[:, _ESCAPED_BYTES]
+    escaping = np.flatnonzero((targets >= 0).any(axis=1))
+    rows, trie_of = np.unique(targets[escaping], axis=0, return_inverse=True)
+    first = n + 1  # row 0 reads the opening quote; the text's states follow, then the tries
+    tries: list[np.ndarray] = []
+
+    def new_state() -> int:
+        tries.append(np.full(256, DEAD, dtype=np.int32))
+        return first + len(tries) - 1
+
+    roots = np.empty(len(rows), dtype=np.int32)
+    for r, row in enumerate(rows):
+        roots[r] = new_state()
+        for escape, target in zip(_ESCAPES, row.tolist()):
+            if target < 0:
+                continue
+            at = roots[r]
+            for byte in escape[:-1]:
+                if tries[at - first][byte] < 0:
+                    tries[at - first][byte] = new_state()
+                at = tries[at - first][byte]
+            tries[at - first][escape[-1]] = target + 1
+    total = first + len(tries) + 1  # the last state, after the closing quote
+    table = np.full((total, 256), DEAD, dtype=np.int32)
+    table[0, 0x22] = 1
+    body = np.where(trans >= 0, trans + 1, DEAD)
+    body[:, _ESCAPED_BYTES] = DEAD
+    body[escaping, 0x5C] = roots[trie_of.ravel()]
+    body[text.accepting, 0x22] = total - 1
+    table[1:first] = body
+    if tries:
+        table[first : total - 1] = np.array(tries)
+    accepting = np.zeros(total, dtype=np.bool_)
+    accepting[-1] = True
+    return ByteDFA(table, accepting).reduced()
 
 
 def _lengths_redundant(d: _CDFA, lo: int, hi: int | None) -> bool:
@@ -771,21 +857,26 @@ class _StringRules:
     def search(self, pattern: str, ptr: str) -> _CDFA | None:
         """Strings in which ``pattern`` matches somewhere (ECMAScript ``pattern`` semantics); None, with the
         pattern refused, when it is not supported."""
+        return _searched(pattern) if self.supported(pattern, ptr) else None
+
+    def supported(self, pattern: str, ptr: str) -> bool:
+        """Whether ``pattern`` is supported (its text automaton can be built); refused when it is not."""
         try:
-            return _searched(pattern)
+            _search_text(pattern)
         except (RegexError, _TooLarge) as exc:
             kw = ptr.rsplit("/", 2)[-2] if "/patternProperties/" in ptr else "pattern"
             self.refuse(ptr, kw, f"unsupported regex {pattern!r}: {exc}", "ignored")
-            return None
+            return False
+        return True
 
     def string_key(self, sh: _Shape) -> _StringKey:
         """What ``sh`` says of a string's decoded text, the patterns that cannot be honoured left out (and
         refused): the key of the languages shared per process."""
         return _StringKey(
-            tuple(p for p, ptr in sh.patterns if self.search(p, ptr) is not None),
+            tuple(p for p, ptr in sh.patterns if self.supported(p, ptr)),
             tuple(name for name, _ in sh.formats),
             tuple(sorted(sh.str_excluded)),
-            tuple(p for p, ptr in sh.neg_patterns if self.search(p, ptr) is not None),
+            tuple(p for p, ptr in sh.neg_patterns if self.supported(p, ptr)),
             tuple(name for name, _ in sh.neg_formats),
         )
 
@@ -803,7 +894,7 @@ class _StringRules:
     def string_at(self, sh: _Shape) -> tuple[str, str]:
         """The pointer and keyword an unsatisfiable string constraint is reported at."""
         for pattern, ptr in sh.patterns:
-            if self.search(pattern, ptr) is not None:
+            if self.supported(pattern, ptr):
                 return ptr, "pattern"
         if sh.formats:
             return sh.formats[0][1], "format"

@@ -8,7 +8,10 @@ import random
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from constrain.compilers.json_schema import strings
 from constrain.compilers.json_schema.cdfa import _CDFA
 from constrain.compilers.json_schema.cdfa_kernels import _byte_nfa_flat
 
@@ -42,3 +45,27 @@ def test_continuation_bytes_to_one_state_share_their_tail():
     d = _CDFA.from_regex("[0-9]{40}", search=True).minimized()
     _, _, size, _, _ = _byte_nfa_flat(*d.flat(), False)
     assert size < 6 * d.n  # about 19 per state with a tail per state
+
+
+def _encoded_through_code_points(pattern: str):
+    """What a pattern's JSON strings are when combined with other constraints: through code points and back."""
+    d = strings._searched(pattern)
+    if d.is_empty():
+        return strings._StringOutcome.EMPTY
+    if strings._is_universal(d):
+        return strings._StringOutcome.ANY_TEXT
+    return strings._automaton_of(d.encode_json().minimized(), quoted=True)
+
+
+_PIECES = ["a", "é", "中", "😀", '"', "\\\\", "\\n", "\\t", "\\x01", "\\x1f", "\\u007f", "[^a]", ".", "[\\x00-\\x22]",
+           "\\d", "\\s", "(?:a|\\\\)", "^", "$", "[\\s\\S]"]  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(_PIECES), st.sampled_from(["", "*", "+", "?", "{2}"])), max_size=5))
+def test_a_pattern_alone_escapes_byte_by_byte_to_the_same_automaton(pieces):
+    """A pattern alone is written as JSON strings from its UTF-8 text automaton directly; the result is the very
+    automaton (state for state) that the path through code points gives, and so are the outcomes of a pattern
+    that matches nothing or every string."""
+    pattern = "".join(piece + repeat for piece, repeat in pieces)
+    assert strings._pattern_automaton(pattern) == _encoded_through_code_points(pattern)
