@@ -15,7 +15,7 @@ kernels into its own cache, so run it twice and read the second.
 Prints both builds' TTFM p50 / p90 / p99 over the schemas both compiled, and the per-schema ratio (this checkout
 over ``--base``): quartiles, and the ratio of sums in bands of the base's TTFM; then both builds' TBM p50 / p95 /
 p99 (``fill_bitmask`` per token of the valid instances, in the schema's declared key order where that differs).
-``--json-out`` writes each schema's TTFM under both builds, to find the schemas behind a percentile.
+``--json-out`` writes each schema's TTFM and mask times under both builds, to find the schemas behind a percentile.
 The worker imports only names that both the present layout and the one before ``constrain.compile`` have, so a
 build from before the redesign can be the base.
 """
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sample", type=int, default=300, help="schemas drawn from MaskBench's dev set (default 300)")
     p.add_argument("--seed", type=int, default=1, help="seed of the sample (default 1)")
     p.add_argument("--flush-mb", type=int, default=64, help="MiB touched before each schema (default 64)")
-    p.add_argument("--json-out", type=Path, help="write each schema's TTFM (s) under both builds here")
+    p.add_argument("--json-out", type=Path, help="write each schema's TTFM and mask times (s) under both builds here")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
@@ -137,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     times: dict[str, list] = {"base": [], "new": []}
     names: list[str] = []
     masks: dict[str, list] = {"base": [], "new": []}
+    tbm: dict[str, list] = {"base": [], "new": []}  # each schema's masks
     try:
         for i in range(args.sample):
             order = (("base", base), ("new", new)) if i % 2 == 0 else (("new", new), ("base", base))
@@ -148,12 +149,16 @@ def main(argv: list[str] | None = None) -> int:
                 if name == "new":
                     names.append(result["name"])
                 masks[name].extend(result["tbm"])
+                tbm[name].append(result["tbm"])
     finally:
         for proc in (base, new):
             proc.stdin.close()
             proc.wait()
     if args.json_out is not None:
-        per_schema = {n: {"base": times["base"][i], "new": times["new"][i]} for i, n in enumerate(names)}
+        per_schema = {
+            n: {"base": times["base"][i], "new": times["new"][i], "tbm_base": tbm["base"][i], "tbm_new": tbm["new"][i]}
+            for i, n in enumerate(names)
+        }
         args.json_out.write_text(json.dumps(per_schema, indent=1))
     both = [i for i in range(len(times["base"])) if times["base"][i] is not None and times["new"][i] is not None]
     a = 1e3 * np.array([times["base"][i] for i in both])

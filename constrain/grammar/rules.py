@@ -109,6 +109,7 @@ def build_pushdown(grammar: Grammar, *, deadline: float | None = None, lazy: boo
         origins.update(fragment.origins)
         new_calling = [body is None or bool(calls_of(body)) for body in bodies[first:]]
         pushdown = owner()  # alive: it is the one asking
+        pushdown.calling[i] = bool(calls_of(bodies[i]))  # taken for a calling rule while it was not written
         pushdown.extend(names[first:], new_calling)
         _check_calls(names, bodies, [i, *range(first, len(names))], index)
         check_rules(pushdown, bodies, index, [i, *range(first, len(names))], checks)

@@ -166,10 +166,11 @@ class Machine:
             )
         starts: dict[int, int] = {}
         offset = base
-        rule_size = self._rule_size
+        rule_size, call_free = self._rule_size, self.call_free
         for rule, dfa in zip(rules, dfas):
             starts[rule] = offset
             rule_size[rule] = dfa.num_states
+            call_free[rule] = not dfa.callees  # a rule written later was taken for a calling one until now
             offset += dfa.num_states
         rule_start = self.rule_start
         end = edges_used

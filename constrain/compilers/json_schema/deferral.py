@@ -67,6 +67,7 @@ _UNREAD = object()
 _REACHING = frozenset({"$ref", "anyOf", "oneOf", "properties", "additionalProperties", "patternProperties", "items"})
 _OBJECT_KEYWORDS = frozenset({"properties", "required", "additionalProperties", "patternProperties"})
 _STRING_KEYWORDS = frozenset({"minLength", "maxLength", "pattern", "format"})
+_COSTLY_STRING_KEYWORDS = _STRING_KEYWORDS | {"type"}
 _NUMBER_KEYWORDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
 _TYPE_NAMES = frozenset({"null", "boolean", "integer", "number", "string", "array", "object"})
 
@@ -82,31 +83,47 @@ class _Deferral:
     :data:`CERTIFIED_KEYWORDS` less those the schema's draft does not know."""
 
     def deferrable(self, ptr: str) -> bool:
-        """Whether the subschema at ``ptr`` is worth lowering later and may be: certified, productive, and either
+        """Whether the subschema at ``ptr`` is worth lowering later and may be: either certified, productive and
         reaching at least :data:`MIN_DEFERRED_SUBSCHEMAS` subschemas in a schema of at least
-        :data:`MIN_DEFERRING_NODES` objects and arrays, or a string whose automaton is costly to build
-        (:func:`_costly_string`). Anything smaller is cheaper to lower now than to certify."""
+        :data:`MIN_DEFERRING_NODES` objects and arrays, or a costly string (:meth:`_costly_string`). Anything
+        smaller is cheaper to lower now than to certify."""
         node = self.node(ptr)
         if self.lazy_subtrees and _may_reach(node, MIN_DEFERRED_SUBSCHEMAS):
-            return self._certified_productive(ptr) and self._reaches(ptr, MIN_DEFERRED_SUBSCHEMAS)
-        if type(node) is not dict or node.get("type") != "string":
-            return False
-        lo, hi = node.get("minLength", 0), node.get("maxLength")
-        key = _text_key(node)
-        return (
-            key is not None
-            and type(lo) is int
-            and (hi is None or type(hi) is int)
-            and _costly_string(key, lo, hi)
-            and self._certified_productive(ptr)
-        )
+            certified = self._certified.get(ptr)
+            if certified is None:
+                self._certify(ptr)
+                certified = self._certified[ptr]
+            return certified and self._productive[ptr] and self._reaches(ptr, MIN_DEFERRED_SUBSCHEMAS)
+        return self._costly_string(node)
 
-    def _certified_productive(self, ptr: str) -> bool:
-        certified = self._certified.get(ptr)
-        if certified is None:
-            self._certify(ptr)
-            certified = self._certified[ptr]
-        return certified and self._productive[ptr]
+    def _costly_string(self, node: Any) -> bool:
+        """A subschema of type string that says nothing but its lengths, a pattern and a format, whose counted
+        automaton this process has not built and is costly to build (:func:`_costly_string`), and whose strings
+        lower to one automaton that matches something (:func:`_string_holds`: its states walked, not folded).
+
+        Such strings stay out of the certificate of whole subtrees: certifying one costs a walk of its states,
+        which a subtree put off with it would only repay when a matcher reaches it."""
+        if type(node) is not dict or node.get("type") != "string" or "$ptr" in node:
+            return False
+        certifiable = self._certifiable_keywords()
+        for kw in node:
+            if kw in _VALIDATION or kw in _DRAFT3_ONLY or kw == "$schema":
+                if kw not in _COSTLY_STRING_KEYWORDS or kw not in certifiable:
+                    return False
+        lengths = _lengths(node)
+        key = _text_key(node)
+        if lengths is None or key is None or not _costly_string(key, *lengths):
+            return False
+        try:
+            return _string_holds(key, *lengths)
+        except (RegexError, _TooLarge):
+            return False
+
+    def _certifiable_keywords(self) -> frozenset[str]:
+        certifiable = self._certifiable
+        if certifiable is None:
+            certifiable = self._certifiable = frozenset(kw for kw in CERTIFIED_KEYWORDS if self.known_here(kw))
+        return certifiable
 
     def _reaches(self, ptr: str, count: int) -> bool:
         """Whether the certified subschema at ``ptr`` reaches ``count`` subschemas (itself included)."""
@@ -236,9 +253,7 @@ class _Deferral:
         if "$ref" in node and self.doc.legacy and self.known_here("$ref"):  # siblings are ignored
             target = self._target(ptr, node["$ref"])
             return None if target is None else (target, (target,), ())
-        certifiable = self._certifiable
-        if certifiable is None:
-            certifiable = self._certifiable = frozenset(kw for kw in CERTIFIED_KEYWORDS if self.known_here(kw))
+        certifiable = self._certifiable_keywords()
         validation: list[str] = []
         for kw in node:
             if kw in certifiable:
@@ -342,21 +357,21 @@ class _Deferral:
 
     @staticmethod
     def _strings_hold(node: Mapping) -> bool:
-        """Lengths in order, and a pattern and a format, supported, whose strings of those lengths lower to one
-        automaton that matches something (:func:`_string_holds`)."""
-        lo, hi = node.get("minLength", 0), node.get("maxLength")
-        for bound in (lo, hi):
-            if bound is not None and (type(bound) is not int or not 0 <= bound <= MAX_CERTIFIED_LENGTH):
-                return False
-        if hi is not None and lo > hi:
+        """Lengths in order, and a pattern or a format alone, supported, whose language is not empty."""
+        lengths = _lengths(node)
+        if lengths is None:
             return False
-        key = _text_key(node)
-        if key is None:
+        pattern, form = node.get("pattern"), node.get("format")
+        if pattern is None and form is None:
+            return True
+        if (pattern is not None and form is not None) or lengths != (0, None):
             return False
-        if not key.patterns and (not key.formats or (lo == 0 and hi is None)):
-            return True  # lengths alone, or a format alone (a regex of its own)
+        if form is not None:
+            return isinstance(form, str) and form not in _UNSUPPORTED_FORMATS
+        if not isinstance(pattern, str):
+            return False
         try:
-            return _string_holds(key, lo, hi)
+            return _string_holds(_StringKey((pattern,), (), (), (), ()), 0, None)
         except (RegexError, _TooLarge):
             return False
 
@@ -465,6 +480,16 @@ class _Deferral:
             below.append(f"{ptr}/items")
             return f"{ptr}/items" if lo else True
         return True
+
+
+def _lengths(node: Mapping) -> tuple[int, int | None] | None:
+    """A subschema's ``minLength`` and ``maxLength`` (0 and None when absent), or None when they are not integers
+    from 0 to :data:`MAX_CERTIFIED_LENGTH` in order."""
+    lo, hi = node.get("minLength", 0), node.get("maxLength")
+    for bound in (lo, hi):
+        if bound is not None and (type(bound) is not int or not 0 <= bound <= MAX_CERTIFIED_LENGTH):
+            return None
+    return None if hi is not None and lo > hi else (lo, hi)
 
 
 def _text_key(node: Mapping) -> _StringKey | None:

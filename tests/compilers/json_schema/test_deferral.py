@@ -138,9 +138,7 @@ def test_a_lazy_structure_masks_like_the_eager_one_on_the_gemma_vocabulary(gemma
     "value",
     [
         {"type": "string", "minLength": 5, "maxLength": 2},  # unsatisfiable
-        {"type": "string", "pattern": "^[a-z]{5}$", "maxLength": 3},  # no string of the pattern that short
-        {"type": "string", "pattern": "^(ab)+$", "minLength": 3, "maxLength": 3},  # between its lengths
-        {"type": "string", "format": "date", "pattern": "^x"},  # a format and a pattern apart
+        {"type": "string", "pattern": "^[a-z]+$", "maxLength": 3},  # an intersection
         {"type": "string", "pattern": "[^\\s\\S]"},  # a pattern nothing matches
         {"type": "string", "pattern": "(?<=a)b"},  # a pattern refused
         {"type": "string", "format": "regex"},  # a format refused
@@ -180,9 +178,6 @@ def test_what_lowering_could_refuse_or_find_empty_is_not_put_off(value, put_off_
         {"type": ["string", "null"], "maxLength": 4},
         {"type": "string", "pattern": "^[a-z]{2,5}$"},
         {"type": "string", "format": "date-time"},
-        {"type": "string", "pattern": "^[a-z]+$", "maxLength": 3},
-        {"type": "string", "pattern": "^(ab)+$", "minLength": 3, "maxLength": 4},
-        {"type": "string", "format": "date", "pattern": "^2"},
         {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
         {"type": "integer", "minimum": 1, "maximum": 1},
         {"enum": [1, "a", None]},
@@ -349,6 +344,9 @@ COSTLY = {
         "short": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 63},
         "long": {"type": "string", "maxLength": 100_000},
         "empty": {"type": "string", "pattern": "^(ab)+$", "minLength": 65, "maxLength": 65},
+        "apart": {"type": "string", "format": "date", "pattern": "^x", "maxLength": 70},
+        "both": {"type": "string", "format": "date", "pattern": "^2", "maxLength": 70},
+        "more": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 70, "enum": ["abc"]},
     },
     "additionalProperties": False,
 }
@@ -356,12 +354,13 @@ COSTLY = {
 
 def test_a_costly_string_is_written_when_a_matcher_reaches_it():
     """In a schema of any size, a string whose counted automaton (at least MIN_COSTLY_LENGTH characters) this
-    process has not built yet is put off when it is certified: not one the lengths leave empty, nor one cut into
-    blocks. Once a matcher wrote it, the process holds it, and the next compile lowers it at once."""
+    process has not built yet is put off when lowering it gives one automaton that matches something: not one the
+    lengths or a format leave empty, nor one with other keywords. Once a matcher wrote it, the process holds it,
+    and the next compile lowers it at once."""
     assert strings.MIN_COSTLY_LENGTH == 64
     strings._STRING_AUTOMATA.clear()
     strings._counted_chars.cache_clear()
-    costly = {"schema:/properties/email", "schema:/properties/code", "schema:/properties/name"}
+    costly = {f"schema:/properties/{name}" for name in ("email", "code", "name", "both")}
     assert schema_to_grammar(COSTLY, lazy=True)[0].deferred == costly
     assert not schema_to_grammar(COSTLY)[0].deferred
     lazy, eager = outcome(COSTLY, True), outcome(COSTLY, False)
@@ -374,11 +373,29 @@ def test_a_costly_string_is_written_when_a_matcher_reaches_it():
         ({"name": ""}, False),
         ({"short": "a" * 63}, True),
         ({"empty": "ab"}, False),
+        ({"apart": "x"}, False),
+        ({"both": "2024-02-29"}, True),
+        ({"both": "2023-02-29"}, False),
+        ({"more": "abc"}, True),
+        ({"more": "abd"}, False),
     ]:
         text = dumps(value)
         assert valid(COSTLY, value) == ok
         assert accepts(lazy, text) == accepts(eager, text) == ok, value
     assert schema_to_grammar(COSTLY, lazy=True)[0].deferred == set()  # built by the matchers above
+
+
+def test_a_rule_written_later_that_calls_nothing_is_a_lexical_piece():
+    """Until it is written, a rule put off is taken for one that calls others; once written, a string's rule calls
+    nothing, and the machine serves its states from the walks every structure shares (not a walk of the whole
+    vocabulary at each of its states)."""
+    strings._STRING_AUTOMATA.clear()
+    strings._counted_chars.cache_clear()
+    machine = outcome(COSTLY, True)
+    rule = machine.pushdown.names.index("schema:/properties/email")
+    assert machine.pushdown.calling[rule] and not machine.call_free[rule]
+    assert machine.read(machine.start, b'{"email":"a@b')
+    assert not machine.pushdown.calling[rule] and machine.call_free[rule]
 
 
 def test_lenient_mode_and_the_default_of_schema_to_grammar_lower_everything(put_off_all):
