@@ -14,8 +14,9 @@ caches and takes about two thirds of the time at the median.
 - ``lowering``: the schema to a grammar (``schema_to_grammar``), less what the next three name;
 - ``document``: reading the document (its metaschema check, references) and validating enum values and
   property names against subschemas (jsonschema);
-- ``string automata``: automata over code points (patterns, formats, excluded names, ``patternProperties``), the
-  counted strings and the keys other than an object's names, with the byte DFAs they are written back as;
+- ``string automata``: patterns' text automata, automata over code points (formats, excluded names, patterns
+  combined with other constraints, ``patternProperties``), the counted strings and their walks, and the keys
+  other than an object's names, with the byte DFAs they are written as;
 - ``finalize``: the grammar's clean-up (unproductive and unreachable rules, alias cycles);
 - ``nfa``: the rule NFAs (Thompson construction, in Python);
 - ``determinize``: subset construction and minimisation of each rule NFA (one numba kernel call per rule);
@@ -109,7 +110,7 @@ def install(timers: Timers) -> None:
     for name in ("intersect", "minus", "minimized", "encode_json", "to_byte_dfa"):
         setattr(cdfa._CDFA, name, timers.wrap("string automata", getattr(cdfa._CDFA, name)))
     cdfa._CDFA.from_regex = staticmethod(timers.wrap("string automata", cdfa._CDFA.from_regex))
-    for name in ("_counted_dfa", "_key_except_dfa", "_string_automaton"):
+    for name in ("_counted_dfa", "_counted_walk", "_key_except_dfa", "_string_automaton", "_search_text"):
         setattr(strings, name, timers.wrap("string automata", getattr(strings, name)))
     pushdown.build_pushdown = timers.wrap("rules other", pushdown.build_pushdown)
     rules._build_rule_dfa = timers.wrap("nfa", rules._build_rule_dfa)
