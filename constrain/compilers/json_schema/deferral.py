@@ -85,7 +85,7 @@ class _Deferral:
     def deferrable(self, ptr: str) -> bool:
         """Whether the subschema at ``ptr`` is worth lowering later and may be: either certified, productive and
         reaching at least :data:`MIN_DEFERRED_SUBSCHEMAS` subschemas in a schema of at least
-        :data:`MIN_DEFERRING_NODES` objects and arrays, or a costly string (:meth:`_costly_string`). Anything
+        :data:`MIN_DEFERRING_NODES` objects and arrays, or a costly string (:meth:`_is_costly_string`). Anything
         smaller is cheaper to lower now than to certify."""
         node = self.node(ptr)
         if self.lazy_subtrees and _may_reach(node, MIN_DEFERRED_SUBSCHEMAS):
@@ -94,9 +94,9 @@ class _Deferral:
                 self._certify(ptr)
                 certified = self._certified[ptr]
             return certified and self._productive[ptr] and self._reaches(ptr, MIN_DEFERRED_SUBSCHEMAS)
-        return self._costly_string(node)
+        return self._is_costly_string(node)
 
-    def _costly_string(self, node: Any) -> bool:
+    def _is_costly_string(self, node: Any) -> bool:
         """A subschema of type string that says nothing but its lengths, a pattern and a format, whose counted
         automaton this process has not built and is costly to build (:func:`_costly_string`), and whose strings
         lower to one automaton that matches something (:func:`_string_holds`: its states walked, not folded).
