@@ -21,6 +21,7 @@ from constrain.automata.limits import (
     MAX_GRAMMAR_RULES,
     MAX_NFA_STATES,
     RULE_CACHE_BYTES,
+    check_deadline,
     compile_clock,
     seconds_allowed,
 )
@@ -117,14 +118,12 @@ def build_pushdown(grammar: Grammar, *, deadline: float | None = None, lazy: boo
     with deadline_of(deadline) if deadline is not None else nullcontext():  # else keep a caller's deadline
         allowed = seconds_allowed() if deadline is None else max(0.0, deadline - compile_clock())
         memo: dict[int, int] = {}
-        rules = [
-            None
-            if body is None
-            else build(i)
-            if not lazy or i == 0 or not calling[i] or _nfa_bound(body, memo) > EAGER_NFA_STATES
-            else None
-            for i, body in enumerate(bodies)
-        ]
+
+        def eager(i: int, body: Expr) -> bool:
+            check_deadline()  # a grammar of tens of thousands of rules takes a good part of a second here
+            return not lazy or i == 0 or not calling[i] or _nfa_bound(body, memo) > EAGER_NFA_STATES
+
+        rules = [None if body is None else build(i) if eager(i, body) else None for i, body in enumerate(bodies)]
 
     def build_later(i: int) -> ByteDFA:
         """Rule ``i``'s DFA, built when a matcher first reaches it: its refusal says where the rule came from."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection, Container, Mapping, Set
 
-from constrain.compilers.json_schema.errors import _Unsatisfiable
+from constrain.compilers.json_schema.errors import _check_time, _Unsatisfiable
 from constrain.errors import JsonSchemaError
 from constrain.grammar.ir import Alt, Automaton, Expr, Literal, Ref, Regex, Repeat, Seq, calls_of
 
@@ -103,6 +103,7 @@ def _reachable(
     keep = {start}
     work = [start]
     while work:
+        _check_time()  # tens of thousands of rules take a good part of a second
         name = work.pop()
         calls = refs.get(name)
         if calls is None:
