@@ -319,6 +319,15 @@ def _object(depth: int, width: int) -> dict:
     return {"type": "object", "properties": {f"p{i}": _object(depth - 1, width) for i in range(width)}}
 
 
+def _containers(value) -> int:
+    """The objects and arrays of a JSON value, as the compiler counts a schema's (``_Document.containers``)."""
+    if isinstance(value, dict):
+        return 1 + sum(_containers(v) for v in value.values())
+    if isinstance(value, list):
+        return 1 + sum(_containers(v) for v in value)
+    return 0
+
+
 def test_what_is_put_off_by_default_is_worth_it():
     """A value is put off when the schema has at least MIN_DEFERRING_NODES objects and arrays, at most
     MAX_DEFERRING_NODES, and its subschema reaches MIN_DEFERRED_SUBSCHEMAS subschemas."""
@@ -328,7 +337,9 @@ def test_what_is_put_off_by_default_is_worth_it():
     schema = {"type": "object", "properties": {"big": big_value, "small": small_value, **filler}}
     deferred = schema_to_grammar(schema, lazy=True)[0].deferred
     assert deferred == {"schema:/properties/big"}
-    few = {"type": "object", "properties": {"big": big_value, "small": small_value}}
+    few = {"type": "object", "properties": {"big": _object(2, 2)}}  # the value reaches 7 subschemas
+    assert MIN_DEFERRED_SUBSCHEMAS <= 7
+    assert _containers(few) < MIN_DEFERRING_NODES
     assert not schema_to_grammar(few, lazy=True)[0].deferred
     many = {"type": "object", "properties": {f"p{i}": big_value for i in range(MAX_DEFERRING_NODES // 10)}}
     grammar, _ = schema_to_grammar(many, lazy=True)
