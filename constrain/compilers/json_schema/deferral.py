@@ -95,9 +95,9 @@ class _Deferral:
                 self._certify(ptr)
                 certified = self._certified[ptr]
             return certified and self._productive[ptr] and self._reaches(ptr, MIN_DEFERRED_SUBSCHEMAS)
-        return self._is_costly_string(node)
+        return self._is_costly_string(ptr, node)
 
-    def _is_costly_string(self, node: Any) -> bool:
+    def _is_costly_string(self, ptr: str, node: Any) -> bool:
         """A subschema of type string that says nothing but its lengths, a pattern and a format, whose counted
         automaton this process has not built and is costly to build (:func:`_costly_string`), and whose strings
         lower to one automaton that matches something (:func:`_string_holds`: its states walked, not folded).
@@ -106,11 +106,9 @@ class _Deferral:
         which a subtree put off with it would only repay when a matcher reaches it."""
         if type(node) is not dict or node.get("type") != "string" or "$ptr" in node:
             return False
-        certifiable = self._certifiable_keywords()
-        for kw in node:
-            if kw in _VALIDATION or kw in _DRAFT3_ONLY or kw == "$schema":
-                if kw not in _COSTLY_STRING_KEYWORDS or kw not in certifiable:
-                    return False
+        validation = self._validation_keywords(ptr, node)
+        if validation is None or not _COSTLY_STRING_KEYWORDS.issuperset(validation):
+            return False
         lengths = _lengths(node)
         key = _text_key(node)
         if lengths is None or key is None or not _costly_string(key, *lengths):
@@ -119,6 +117,18 @@ class _Deferral:
             return _string_holds(key, *lengths)
         except (RegexError, _TooLarge):
             return False
+
+    def _validation_keywords(self, ptr: str, node: Mapping) -> list[str] | None:
+        """The validation keywords of the subschema ``node`` at ``ptr``, or None when one of them is outside the
+        certified set (a ``$schema`` below the root too); anything else is an annotation, known or not."""
+        certifiable = self._certifiable_keywords()
+        validation: list[str] = []
+        for kw in node:
+            if kw in certifiable:
+                validation.append(kw)
+            elif kw in _VALIDATION or kw in _DRAFT3_ONLY or (kw == "$schema" and ptr):
+                return None
+        return validation
 
     def _certifiable_keywords(self) -> frozenset[str]:
         certifiable = self._certifiable
@@ -254,14 +264,9 @@ class _Deferral:
         if "$ref" in node and self.doc.legacy and self.known_here("$ref"):  # siblings are ignored
             target = self._target(ptr, node["$ref"])
             return None if target is None else (target, (target,), ())
-        certifiable = self._certifiable_keywords()
-        validation: list[str] = []
-        for kw in node:
-            if kw in certifiable:
-                validation.append(kw)
-            elif kw in _VALIDATION or kw in _DRAFT3_ONLY or (kw == "$schema" and ptr):
-                return None
-            # anything else is an annotation, known or not
+        validation = self._validation_keywords(ptr, node)
+        if validation is None:
+            return None
         if "$ref" in node:
             target = self._target(ptr, node["$ref"]) if len(validation) == 1 else None
             return None if target is None else (target, (target,), ())

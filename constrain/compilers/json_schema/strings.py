@@ -509,12 +509,9 @@ def _build_string_automaton(key: _StringKey, lo: int, hi: int | None) -> Automat
     if lo == 0 and hi is None and len(key.patterns) == 1 and key == _StringKey(key.patterns, (), (), (), ()):
         return _pattern_automaton(key.patterns[0])
     d = _string_language(key)
-    if d is None:
-        return _StringOutcome.TOO_LARGE
-    if d.is_empty():
-        return _StringOutcome.EMPTY
-    if _is_universal(d):  # a pattern any string has somewhere, such as "([0-9a-z]+)?"
-        return _StringOutcome.ANY_TEXT
+    outcome = _language_outcome(d)
+    if outcome is not None:
+        return outcome
     if lo > 0 or hi is not None:
         if _lengths_redundant(d, lo, hi):
             return _string_automaton(key, 0, None)
@@ -532,6 +529,19 @@ def _build_string_automaton(key: _StringKey, lo: int, hi: int | None) -> Automat
         return _automaton_of(d.encode_json().minimized(), quoted=True)
     except _TooLarge:
         return _StringOutcome.TOO_LARGE
+
+
+def _language_outcome(d: _CDFA | None) -> _StringOutcome | None:
+    """What a string language settles before its lengths are read (too large to build, empty, every text), or None
+    when its automaton is to be built: the first decision of :func:`_build_string_automaton` and of
+    :func:`_string_holds` alike."""
+    if d is None:
+        return _StringOutcome.TOO_LARGE
+    if d.is_empty():
+        return _StringOutcome.EMPTY
+    if _is_universal(d):  # a pattern any string has somewhere, such as "([0-9a-z]+)?"
+        return _StringOutcome.ANY_TEXT
+    return None
 
 
 def _pattern_automaton(pattern: str) -> Automaton | _StringOutcome:
@@ -637,9 +647,10 @@ def _string_holds(key: _StringKey, lo: int, hi: int | None) -> bool:
     found = _STRING_AUTOMATA.get((key, lo, hi))
     if found is None and (lo > 0 or hi is not None):
         d = _string_language(key)
-        if d is None or d.is_empty():
-            return False
-        if not _is_universal(d) and not _lengths_redundant(d, lo, hi):
+        outcome = _language_outcome(d)
+        if outcome is not None:
+            return outcome is _StringOutcome.ANY_TEXT
+        if not _lengths_redundant(d, lo, hi):
             try:  # two states more once quoted, which minimising cannot add
                 walk = _counted_walk(d, lo, hi, MAX_COUNTED_BYTE_STATES - 2)
             except _TooLarge:
