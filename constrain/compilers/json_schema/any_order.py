@@ -9,7 +9,6 @@ A mixin of :class:`~constrain.compilers.json_schema.compiler._Compiler`, beside
 from __future__ import annotations
 
 import copy
-import functools
 import itertools
 from collections.abc import Callable
 
@@ -134,7 +133,7 @@ class _AnyOrderRules:
             if order.following(read):
                 rule = f"{name}/after{read:x}"
                 if rule not in self.rules and rule not in self.deferred:
-                    self.deferred[rule] = (ptr, functools.partial(next_member, read))
+                    self.deferred[rule] = (ptr, lambda _compiler, read=read: next_member(read))
                 options.append(Seq((order.comma, Ref(rule))))
             return order.then(options, read)
 

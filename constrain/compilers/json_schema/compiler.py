@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-import functools
+import operator
 from collections.abc import Callable, Mapping, Sequence, Set
 from typing import Any
 
@@ -116,8 +116,10 @@ class _Compiler(
         #: objects keep the declared order past one rule (:meth:`~constrain.compilers.json_schema.any_order.
         #: _AnyOrderRules.among_objects`).
         self.object_branches: set[tuple[str, str]] = set()
-        #: The rules put off, each with the pointer it is written for and what writes its body.
-        self.deferred: dict[str, tuple[str, Callable[[], Expr]]] = {}
+        #: The rules put off, each with the pointer it is written for and what writes its body, given the compiler
+        #: (not bound to it: the compiler would then be in a reference cycle, left for the cyclic garbage
+        #: collector with everything it holds once its structure is dropped).
+        self.deferred: dict[str, tuple[str, Callable[[_Compiler], Expr]]] = {}
         #: What writing a rule put off raised (its class and arguments), raised again if it is asked for again.
         self._write_failed: dict[str, tuple[type[Exception], tuple]] = {}
         self._certified: dict[str, bool] = {}
@@ -351,7 +353,7 @@ class _Compiler(
         name = self.new_name(parts, depth)
         self.memo[key] = name
         if defer and self.lazy and len(parts) == 1 and not parts[0].skip and self.deferrable(parts[0].ptr):
-            self.deferred[name] = (parts[0].ptr, functools.partial(self.body, parts, depth, name))
+            self.deferred[name] = (parts[0].ptr, operator.methodcaller("body", parts, depth, name))
             ref = done[given] = Ref(name)
             return ref
         try:
@@ -489,7 +491,7 @@ class _Compiler(
             raise failed[0](*failed[1])
         self.last_pointer, write = self.deferred[name]
         try:
-            self.rules[name] = write()
+            self.rules[name] = write(self)
             fragment = self.grammar(name, known)
         except _OutOfTime as exc:
             where = _clean_pointer(str(exc)) or "/"
