@@ -53,16 +53,19 @@ class Ref:
     rule: str
 
 
-#: What a composite expression keeps about itself once computed (not pickled: hashes of str differ by process).
-_DERIVED = frozenset({"_hash", "_refs", "_terminals", "_hoisted", "_dfa"})
-
-
 class _CachedHash:
     """Composite expressions are deep trees used as cache keys (rule DFAs by body, shared suffixes): their hash
-    is computed once, not walked again on every lookup."""
+    is computed once, not walked again on every lookup.
+
+    What a composite keeps about itself once computed lives in slots, not in an instance dictionary: a compile
+    leaves tens of thousands of these nodes alive, and a dictionary each would be as many more objects for every
+    collection of the cyclic garbage collector to walk. Only the fields and the :func:`shared` mark are pickled
+    (hashes of str differ by process)."""
+
+    __slots__ = ("_hash", "_refs", "_terminals", "_hoisted", "_dfa", "_shared")
 
     def __hash__(self) -> int:
-        cached = self.__dict__.get("_hash")
+        cached = getattr(self, "_hash", None)
         if cached is None:
             if type(self) is Repeat:
                 cached = hash(("Repeat", self.item, self.min, self.max))
@@ -72,7 +75,14 @@ class _CachedHash:
         return cached
 
     def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k not in _DERIVED}  # str hashes differ across processes
+        state = dict(self.__dict__)  # the fields
+        if getattr(self, "_shared", False):
+            state["_shared"] = True
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        for key, value in state.items():
+            object.__setattr__(self, key, value)
 
 
 @dataclass(frozen=True, eq=True)
@@ -239,7 +249,7 @@ def calls_of(expr: Expr) -> tuple[str, ...]:
         return (expr.rule,)
     if not isinstance(expr, (Seq, Alt, Repeat)):
         return ()
-    refs = expr.__dict__.get("_refs")
+    refs = getattr(expr, "_refs", None)
     if refs is None:
         refs = _scan(expr)
     return refs
@@ -251,9 +261,11 @@ def _has_terminals(expr: Expr) -> bool:
         return True
     if not isinstance(expr, (Seq, Alt, Repeat)):
         return False
-    if "_terminals" not in expr.__dict__:
+    terminals = getattr(expr, "_terminals", None)
+    if terminals is None:
         _scan(expr)
-    return expr.__dict__["_terminals"]
+        terminals = expr._terminals
+    return terminals
 
 
 def _scan(expr: Seq | Alt | Repeat) -> tuple[str, ...]:
@@ -275,10 +287,10 @@ def _scan(expr: Seq | Alt | Repeat) -> tuple[str, ...]:
                 terminals = True
             elif (kind is Seq or kind is Alt or kind is Repeat) and id(item) not in seen:
                 seen.add(id(item))
-                known = item.__dict__.get("_refs")
+                known = getattr(item, "_refs", None)
                 if known is not None:
                     found.update(dict.fromkeys(known))
-                    terminals = terminals or item.__dict__["_terminals"]
+                    terminals = terminals or item._terminals
                 else:
                     pending.append(iter((item.item,) if kind is Repeat else item.items))
                     break

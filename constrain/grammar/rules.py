@@ -253,7 +253,7 @@ def _hoisted(expr: Expr) -> tuple[Expr, tuple[tuple[str, Expr], ...]]:
         return Ref(name), ((name, expr),)
     if not isinstance(expr, (Seq, Alt, Repeat)):
         return expr, ()
-    cached = expr.__dict__.get("_hoisted")
+    cached = getattr(expr, "_hoisted", None)
     if cached is None:
         parts = [_hoisted(item) for item in ((expr.item,) if isinstance(expr, Repeat) else expr.items)]
         terminals: dict[str, Expr] = {}
@@ -282,7 +282,7 @@ def _rule_dfa(body: Expr) -> tuple[ByteDFA, tuple[str, ...]]:
     arrays are shared, so they are made read-only."""
     if isinstance(body, Automaton):
         return body.dfa, ()
-    kept = body.__dict__.get("_dfa") if isinstance(body, _CachedHash) else None
+    kept = getattr(body, "_dfa", None) if isinstance(body, _CachedHash) else None
     if kept is not None:  # a body met before in this process (a shared rule's): no hash, no lookup
         return kept
     try:
@@ -331,7 +331,7 @@ def _build(
     Literals and calls, most of a rule's leaves, are added where their sequence or alternative meets them rather
     than through a call of this function each: a compile spends more time here than in the subset construction."""
     kind = type(expr)
-    if not entered and (kind is Seq or kind is Alt) and "_shared" in expr.__dict__:
+    if not entered and (kind is Seq or kind is Alt) and getattr(expr, "_shared", False):
         # built once toward ``dst``, from a state of its own that every way in reaches by an epsilon
         key = (id(expr), dst)
         entry = suffixes.get(key)

@@ -233,7 +233,7 @@ def _renamed(expr: Expr, names: dict[str, str], done: dict[int, Expr]) -> Expr:
             found = Repeat(_renamed(expr.item, names, done), expr.min, expr.max)
         else:
             found = kind(tuple(_renamed(item, names, done) for item in expr.items))
-            if "_shared" in expr.__dict__:
+            if getattr(expr, "_shared", False):
                 found = shared(found)
         done[id(expr)] = found
     return found
