@@ -26,6 +26,9 @@ caches and takes about two thirds of the time at the median.
 - ``masks setup``: the structure's mask cache and its hash arrays;
 - ``first mask``: a matcher and its first ``fill_bitmask``.
 
+Beside the phases, each report gives the time Python's cyclic garbage collector ran inside the TTFMs (it runs in
+whichever phase allocated last) and how many of its runs were full collections.
+
 The phases are reported over all schemas compiled and over bands of their TTFM (p0-p50, p50-p90, p90-p99,
 p99-p100), all from the one run: the process-wide caches (string automata, rule DFAs, lexical walks) warm as the
 run goes, as they do in the whole-set benchmark, so a band profiled alone would be slower than in context.
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import io
 import json
 import pstats
@@ -122,6 +126,26 @@ def install(timers: Timers) -> None:
     pushdown.PushdownMasks.__init__ = timers.wrap("masks setup", pushdown.PushdownMasks.__init__)
 
 
+class _Collections:
+    """A :data:`gc.callbacks` hook: the seconds the cyclic garbage collector ran since :meth:`reset`, and how many
+    of its runs were full collections (they land in whichever phase allocated last)."""
+
+    def __init__(self) -> None:
+        self.reset()
+        self._start = 0.0
+
+    def reset(self) -> None:
+        self.seconds = 0.0
+        self.full = 0
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+            return
+        self.seconds += time.perf_counter() - self._start
+        self.full += info["generation"] == 2
+
+
 def report(records: list[dict], title: str) -> None:
     """The phases' sums, shares and percentiles over ``records``."""
     ms = 1e3 * np.array([r["ttfm"] for r in records])
@@ -140,6 +164,9 @@ def report(records: list[dict], title: str) -> None:
         )
     rest = total - 1e3 * sum(sum(r["phases"].values()) for r in records)
     print(f"  {'unaccounted':<16}{rest:>10.1f}{rest / total:>8.1%}")
+    collected = 1e3 * sum(r["collections"] for r in records)
+    full = sum(r["full collections"] for r in records)
+    print(f"  of all phases, the garbage collector's: {collected:.1f} ms ({collected / total:.1%}), {full} full")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     collector.freeze()  # as the MaskBench worker does: start-up's objects out of every later full collection
     timers = Timers()
     install(timers)
+    collections = _Collections()
+    gc.callbacks.append(collections)
     bitmask = np.zeros((1, (vocab.size + 31) // 32), dtype=np.int32)
     compile_json_schema(mb.WARM_UP_SCHEMA, vocab).matcher().fill_bitmask(bitmask, 0)
     ballast = np.zeros(args.flush_mb << 17)  # float64: flush_mb MiB
@@ -183,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     for entry in entries:
         ballast += 1.0
         timers.current = defaultdict(float)
+        collections.reset()
         profiler = cProfile.Profile() if args.cprofile else None
         if profiler:
             profiler.enable()
@@ -212,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
             "rules": len(pushdown.names),
             "rules built": sum(pushdown.is_built(i) for i in range(len(pushdown.names))),
             "states": structure.machine.num_states,
+            "collections": collections.seconds,
+            "full collections": collections.full,
         }
         if profiler:
             record["profile"] = profiler
