@@ -1,8 +1,10 @@
 """Grammar IR -> rule automata: the checks of build_pushdown (undefined rules, left recursion, rules that never
 complete) against fixpoints over the IR, calls listed where subtrees are shared, shared members, hoisted
-terminals, and rule DFAs less some words."""
+terminals, rule DFAs less some words, and what a pickled expression keeps."""
 
 from __future__ import annotations
+
+import pickle
 
 import numpy as np
 import pytest
@@ -12,8 +14,8 @@ from hypothesis import strategies as st
 from constrain.compilers.json_schema.strings import _key_except_dfa
 from constrain.compilers.json_schema.values import _STRING as STRING_PATTERN
 from constrain.errors import GrammarError, RegexError
-from constrain.grammar.ir import Alt, Grammar, Literal, Ref, Regex, Repeat, Seq
-from constrain.grammar.rules import build_pushdown, terminal_dfa
+from constrain.grammar.ir import Alt, Grammar, Literal, Ref, Regex, Repeat, Seq, calls_of, shared
+from constrain.grammar.rules import _rule_dfa, build_pushdown, terminal_dfa
 from constrain.runtime.masks import walk_bytes
 
 
@@ -318,3 +320,17 @@ def test_a_rule_written_later_is_checked_like_the_rest(fragment, message):
 def test_a_grammar_with_deferred_rules_needs_a_writer():
     with pytest.raises(GrammarError, match="write_later"):
         build_pushdown(Grammar({"s": Ref("v")}, "s", deferred=frozenset({"v"})))
+
+
+def test_a_pickled_expression_keeps_its_fields_and_shared_mark_and_recomputes_what_it_cached():
+    """What a composite caches about itself (hash, calls, hoisted form, DFA) lives in slots and is not pickled:
+    str hashes differ from process to process. The shared mark is part of how its automaton is built, and is."""
+    member = shared(Seq((Literal('"a":'), Ref("v"))))
+    body = Alt((Seq((Literal("{"), member, Literal("}"))), Repeat(Seq((Literal(","), member)), 0, 2)))
+    hash(body), calls_of(body), _rule_dfa(body)
+    assert not any(key.startswith("_") for key in vars(body))  # the fields only: nothing cached in a dict
+    copy = pickle.loads(pickle.dumps(body))
+    assert copy == body and hash(copy) == hash(body) and calls_of(copy) == ("v",)
+    assert getattr(copy.items[0].items[1], "_shared", False) and not getattr(copy.items[0], "_shared", False)
+    assert getattr(copy, "_dfa", None) is None  # built again when asked for, not carried over
+    assert np.array_equal(_rule_dfa(copy)[0].trans, _rule_dfa(body)[0].trans)
