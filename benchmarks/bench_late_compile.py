@@ -13,7 +13,6 @@ process is machine-noisy like any single measurement here: run the two interleav
 from __future__ import annotations
 
 import argparse
-import gc
 import gzip
 import json
 import time
@@ -33,6 +32,7 @@ def main() -> None:
     from constrain import collector
     from constrain.compilers.json_schema import compile_json_schema
     from constrain.models.tokenizers import load_gemma_tokenizer
+    from constrain.testing.collector_time import CollectorTime
     from constrain.vocab.vocabulary import Vocabulary
 
     if args.no_pause:
@@ -44,15 +44,7 @@ def main() -> None:
     schemas = [e["schema"] for e in entries[max(0, at - args.before) : at + 1]]
     del entries
 
-    collected = [0.0, 0.0]  # seconds in collections, start of the current one
-
-    def on_collection(phase: str, info: dict) -> None:
-        if phase == "start":
-            collected[1] = time.perf_counter()
-        else:
-            collected[0] += time.perf_counter() - collected[1]
-
-    gc.callbacks.append(on_collection)
+    collections = CollectorTime().install()
     started = time.perf_counter()
     for schema in schemas[:-1]:
         try:
@@ -60,7 +52,7 @@ def main() -> None:
         except Exception:  # a refusal is a compile too here
             pass
     before = time.perf_counter() - started
-    collected[0] = 0.0
+    collections.reset()
     t0 = time.perf_counter()
     structure = compile_json_schema(schemas[-1], vocab)
     t1 = time.perf_counter()
@@ -69,7 +61,7 @@ def main() -> None:
     pause = "off" if args.no_pause else "on"
     print(
         f"pause {pause}: {len(schemas) - 1} schemas before in {before:.1f} s; {args.name}: compile {t1 - t0:.2f} s, "
-        f"first mask {1e3 * (t2 - t1):.1f} ms, garbage collection during both {collected[0]:.2f} s"
+        f"first mask {1e3 * (t2 - t1):.1f} ms, garbage collection during both {collections.seconds:.2f} s"
     )
 
 

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import gc
 import io
 import json
 import pstats
@@ -126,26 +125,6 @@ def install(timers: Timers) -> None:
     pushdown.PushdownMasks.__init__ = timers.wrap("masks setup", pushdown.PushdownMasks.__init__)
 
 
-class _Collections:
-    """A :data:`gc.callbacks` hook: the seconds the cyclic garbage collector ran since :meth:`reset`, and how many
-    of its runs were full collections (they land in whichever phase allocated last)."""
-
-    def __init__(self) -> None:
-        self.reset()
-        self._start = 0.0
-
-    def reset(self) -> None:
-        self.seconds = 0.0
-        self.full = 0
-
-    def __call__(self, phase: str, info: dict) -> None:
-        if phase == "start":
-            self._start = time.perf_counter()
-            return
-        self.seconds += time.perf_counter() - self._start
-        self.full += info["generation"] == 2
-
-
 def report(records: list[dict], title: str) -> None:
     """The phases' sums, shares and percentiles over ``records``."""
     ms = 1e3 * np.array([r["ttfm"] for r in records])
@@ -195,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     from constrain.compilers.json_schema import compile_json_schema
     from constrain.compilers.warmup import warmup
     from constrain.models import load_gemma_tokenizer
+    from constrain.testing.collector_time import CollectorTime
 
     vocab = Vocabulary.from_tokenizer(load_gemma_tokenizer())
     warmup(vocab)
@@ -203,8 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     collector.freeze()  # as the MaskBench worker does: start-up's objects out of every later full collection
     timers = Timers()
     install(timers)
-    collections = _Collections()
-    gc.callbacks.append(collections)
+    collections = CollectorTime().install()
     bitmask = np.zeros((1, (vocab.size + 31) // 32), dtype=np.int32)
     compile_json_schema(mb.WARM_UP_SCHEMA, vocab).matcher().fill_bitmask(bitmask, 0)
     ballast = np.zeros(args.flush_mb << 17)  # float64: flush_mb MiB
