@@ -373,7 +373,9 @@ class BoundedCache:
 
     def __init__(self, max_bytes: int, *, budget: CacheBudget | None = PROCESS_BUDGET):
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        #: key -> (value, bytes, the key itself): a key equal to the one asked for is found by identity in the
+        #: moves that follow a hit, rather than compared again (an expression key compares its whole tree).
+        self._entries: OrderedDict[Hashable, tuple[Any, int, Hashable]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
         self._budget = budget
@@ -386,6 +388,7 @@ class BoundedCache:
             entry = self._entries.get(key)
             if entry is None:
                 return None
+            key = entry[2]
             self._entries.move_to_end(key)
         if self._budget is not None:
             self._budget.used(self._number, key)
@@ -399,10 +402,10 @@ class BoundedCache:
             old = self._entries.pop(key, None)
             if old is not None:
                 self._bytes -= old[1]
-            self._entries[key] = (value, nbytes)
+            self._entries[key] = (value, nbytes, key)
             self._bytes += nbytes
             while self._bytes > self.max_bytes and len(self._entries) > 1:
-                gone, (_, freed) = self._entries.popitem(last=False)
+                gone, (_, freed, _) = self._entries.popitem(last=False)
                 self._bytes -= freed
                 evicted.append(gone)
         if self._budget is not None:
@@ -426,7 +429,7 @@ class BoundedCache:
                 return None
             self._bytes -= entry[1]
         if self._budget is not None:
-            self._budget.removed(self._number, key)
+            self._budget.removed(self._number, entry[2])
         return entry[0]
 
     def _drop(self, key: Hashable) -> None:
