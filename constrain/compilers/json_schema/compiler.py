@@ -615,12 +615,20 @@ PAUSE_NODES = 32
 
 
 def _more_nodes_than(schema: Any, limit: int) -> bool:
-    """Whether ``schema`` holds more than ``limit`` objects and arrays (a walk that stops there)."""
+    """Whether ``schema`` holds more than ``limit`` objects and arrays (a walk that stops there). JSON's own types
+    are told by ``type`` first: a scalar's ``isinstance`` against ``Mapping`` is the slow path of an ABC."""
     stack = [schema]
     count = 0
     while stack:
         node = stack.pop()
-        if isinstance(node, Mapping):
+        kind = type(node)
+        if kind is dict:
+            stack.extend(node.values())
+        elif kind is list:
+            stack.extend(node)
+        elif kind is str or kind is int or kind is float or kind is bool or node is None:
+            continue
+        elif isinstance(node, Mapping):
             stack.extend(node.values())
         elif isinstance(node, list):
             stack.extend(node)
