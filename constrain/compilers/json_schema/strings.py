@@ -651,11 +651,13 @@ def _string_holds(key: _StringKey, lo: int, hi: int | None) -> bool:
         if outcome is not None:
             return outcome is _StringOutcome.ANY_TEXT
         if not _lengths_redundant(d, lo, hi):
-            try:  # two states more once quoted, which minimising cannot add
-                walk = _counted_walk(d, lo, hi, MAX_COUNTED_BYTE_STATES - 2)
-            except _TooLarge:
-                return False
-            _WALKS.put((key, lo, hi), walk, sum(part.nbytes for part in walk))
+            walk = _WALKS.get((key, lo, hi))  # walked for an earlier compile, whose string was never lowered
+            if walk is None:
+                try:  # two states more once quoted, which minimising cannot add
+                    walk = _counted_walk(d, lo, hi, MAX_COUNTED_BYTE_STATES - 2)
+                except _TooLarge:
+                    return False
+                _WALKS.put((key, lo, hi), walk, sum(part.nbytes for part in walk))
             return bool(walk[1].any())
     if found is None:
         found = _string_automaton(key, lo, hi)  # no counted automaton: the lengths hold for every string
