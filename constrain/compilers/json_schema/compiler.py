@@ -126,8 +126,6 @@ class _Compiler(
         self._productive: dict[str, bool] = {}
         self._children: dict[str, tuple[str, ...]] = {}
         self._certifiable: frozenset[str] | None = None
-        #: The keys of additional members by their patterns (see :meth:`pattern_key`).
-        self._pattern_keys: dict[tuple, Any] = {}
 
     # -- policy ----------------------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ each subschema it reaches (through references, branches, properties and items) a
 whose lowering is known to succeed under simple conditions (:data:`CERTIFIED_KEYWORDS`); anything else (a
 conjunction, a negation, a count of properties) keeps the value eager. Patterns are certified by building their
 automaton now (it is shared per process, so the later lowering finds it built), and so are the keys of an object's
-one ``patternProperties`` pattern (kept per compile for its lowering, see
+one ``patternProperties`` pattern (shared per process with its lowering, see
 :meth:`~constrain.compilers.json_schema.objects._ObjectRules.pattern_key`). A rule put off reads a byte first
 (a JSON value) and every cycle of references passes through a property or an item, so no left recursion can wait
 in it.

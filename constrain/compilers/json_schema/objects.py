@@ -35,6 +35,7 @@ from constrain.compilers.json_schema.strings import (
     _Key,
     _key_except_dfa,
     _key_language,
+    _pattern_key,
     _StringRules,
 )
 from constrain.compilers.json_schema.values import _is_utf8, _json_string
@@ -664,13 +665,10 @@ class _ObjectRules:
         return members[0] if len(members) == 1 else Alt(tuple(members))
 
     def pattern_key(self, order: tuple[str, ...], chosen: frozenset[str], names: Iterable[str]) -> _Key:
-        """:func:`_build_key` without ``propertyNames``, kept per compile: the certificate of a value put off
-        (:mod:`~constrain.compilers.json_schema.deferral`) builds the keys of its objects' ``patternProperties``, and
-        their lowering, now or later, reads them here."""
-        memo_key = (order, chosen, frozenset(names))
-        if memo_key not in self._pattern_keys:
-            self._pattern_keys[memo_key] = _build_key(order, chosen, names, None)
-        return self._pattern_keys[memo_key]
+        """:func:`_build_key` without ``propertyNames`` (:func:`_pattern_key`, shared per process): the certificate
+        of a value put off (:mod:`~constrain.compilers.json_schema.deferral`) builds the keys of its objects'
+        ``patternProperties``, and their lowering, now or later, finds them built."""
+        return _pattern_key(order, chosen, frozenset(names))
 
     def key_except(self, names: list[str], ptr: str) -> Ref | None:
         """A JSON string other than the given names (see :func:`_key_except_dfa`); None, refused at ``ptr``, when

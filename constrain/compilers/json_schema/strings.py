@@ -725,6 +725,18 @@ def _build_key(order: tuple[str, ...], chosen: frozenset[str], names: Iterable[s
         return _ENCODING_TOO_LARGE
 
 
+@memoized(
+    AUTOMATON_CACHE_BYTES,
+    lambda key, order, chosen, names: (
+        (key.dfa.nbytes if isinstance(key, Automaton) else 64) + sum(map(len, order)) + sum(map(len, names))
+    ),
+)
+def _pattern_key(order: tuple[str, ...], chosen: frozenset[str], names: frozenset[str]) -> _Key:
+    """:func:`_build_key` without ``propertyNames``, shared per process: the keys of the same
+    ``patternProperties`` beside the same names recur across schemas (and across compiles of one)."""
+    return _build_key(order, chosen, names, None)
+
+
 def _length_groups(lo: int, hi: int, b: int) -> list[tuple[int, int, int, int]]:
     """How ``lo`` to ``hi`` characters split into whole blocks of ``b`` and a shorter rest: runs ``(k_first,
     k_last, r_lo, r_hi)``, each ``k`` blocks of that run followed by ``r_lo`` to ``r_hi`` more characters. The rest's
