@@ -69,6 +69,38 @@ def test_a_budget_evicts_least_recently_used_entries_across_caches():
     assert budget.used_bytes == 80 == first.nbytes + second.nbytes
 
 
+class _CountedKey:
+    """A key equal to every other of its value, that counts how often it is compared."""
+
+    compared = 0
+
+    def __init__(self, value):
+        self.value = value
+
+    def __hash__(self):
+        return hash(self.value)
+
+    def __eq__(self, other):
+        _CountedKey.compared += 1
+        return isinstance(other, _CountedKey) and self.value == other.value
+
+
+def test_a_hit_compares_an_equal_key_once_and_keeps_the_order_by_the_stored_one():
+    from constrain.cache import BoundedCache, CacheBudget
+
+    budget = CacheBudget(100)
+    cache = BoundedCache(1000, budget=budget)
+    cache.put(_CountedKey("a"), 1, 40)
+    cache.put(_CountedKey("b"), 2, 40)
+    _CountedKey.compared = 0
+    assert cache.get(_CountedKey("a")) == 1  # an equal key, not the stored one: "a" is now the most recent
+    assert _CountedKey.compared == 1
+    cache.put(_CountedKey("c"), 3, 40)  # 120 > 100: "b" goes, in the cache and in the budget
+    assert cache.get(_CountedKey("b")) is None and cache.get(_CountedKey("a")) == 1
+    assert budget.used_bytes == 80 == cache.nbytes
+    assert cache.pop(_CountedKey("a")) == 1 and budget.used_bytes == 40
+
+
 def test_a_cache_that_dies_leaves_the_budget_with_its_bytes():
     import gc
 

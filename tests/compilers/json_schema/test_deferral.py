@@ -202,6 +202,23 @@ def test_certified_values_are_put_off(value, put_off_all):
     assert _same_outcomes(schema, [*values, {"v": {"x-a": 1}}, {"v": {"abc": 1}}, {"v": {"abc": "s", "A": 1}}])
 
 
+def test_the_keys_of_a_pattern_are_built_once_per_process(monkeypatch, put_off_all):
+    """The certificate builds the keys of an object's patternProperties pattern beside its names; the lowering,
+    a later compile of the same schema and another schema with the same object find them built."""
+    strings._pattern_key.cache_clear()
+    built = []
+    build = strings._build_key
+    monkeypatch.setattr(strings, "_build_key", lambda *args: built.append(args[:3]) or build(*args))
+    value = {"type": "object", "properties": {"id": {"type": "integer"}}, "patternProperties": {"^x-": {}}}
+    first = {"type": "object", "properties": {"v": value}}
+    second = {"type": "object", "properties": {"w": value, "n": {"type": "integer"}}}
+    for schema in (first, first, second):
+        assert schema_to_grammar(schema, lazy=True)[0].deferred
+        assert _same_outcomes(schema, [{"v": {"id": 1, "x-a": [2]}}, {"w": {"x-": None}}, {"v": {"y": 1}}])
+    names = frozenset({"id"})
+    assert sorted(built, key=repr) == [(("^x-",), frozenset(), names), (("^x-",), frozenset({"^x-"}), names)]
+
+
 def _same_outcomes(schema, values) -> bool:
     lazy, eager = outcome(schema, True), outcome(schema, False)
     if isinstance(eager, tuple) or isinstance(lazy, tuple):
@@ -394,6 +411,25 @@ def test_a_costly_string_is_written_when_a_matcher_reaches_it():
         assert valid(COSTLY, value) == ok
         assert accepts(lazy, text) == accepts(eager, text) == ok, value
     assert schema_to_grammar(COSTLY, lazy=True)[0].deferred == set()  # built by the matchers above
+
+
+def test_a_costly_string_put_off_is_walked_once_per_process(monkeypatch):
+    """Deciding that a costly string may be put off walks its counted automaton; a later compile that meets the
+    string again, still unwritten, reads that walk rather than walking again."""
+    strings._STRING_AUTOMATA.clear()
+    strings._WALKS.clear()
+    strings._counted_chars.cache_clear()
+    walked = []
+    walk = strings._counted_walk
+    monkeypatch.setattr(strings, "_counted_walk", lambda *args: walked.append(args[1:3]) or walk(*args))
+    schema = {"type": "object", "properties": {"email": COSTLY["properties"]["email"]}}
+    for _ in range(3):
+        assert schema_to_grammar(schema, lazy=True)[0].deferred == {"schema:/properties/email"}
+    assert walked == [(0, 80)]
+    machine = outcome(schema, True)
+    assert accepts(machine, dumps({"email": "a" * 75 + "@b.co"}))  # the string is folded from that walk
+    assert not accepts(machine, dumps({"email": "a" * 76 + "@b.co"}))
+    assert walked == [(0, 80)]
 
 
 def test_a_rule_written_later_that_calls_nothing_is_a_lexical_piece():

@@ -27,7 +27,7 @@ from constrain.compilers.json_schema.numbers import _decimal_range, _int_range
 from constrain.compilers.json_schema.strings import _counted_chars
 from constrain.compilers.json_schema.values import _CHAR, _canonical_value
 from constrain.errors import JsonSchemaError, StructureError
-from constrain.grammar.ir import Automaton, Literal, Regex, Repeat, Seq
+from constrain.grammar.ir import Automaton, Literal, Regex, Repeat, Seq, calls_of
 from constrain.grammar.rules import _build_rule_dfa, build_pushdown
 from constrain.runtime.pushdown import Machine
 
@@ -845,8 +845,27 @@ def test_the_rules_every_schema_shares_are_the_same_objects_in_every_grammar(whi
     open_object = {"type": "object", "properties": {"a": {"type": "integer"}}}
     first, _ = schema_to_grammar(open_object, whitespace=whitespace)
     second, _ = schema_to_grammar({"type": "array", "items": {}}, whitespace=whitespace)
-    shared = [name for name in first.rules if name.startswith(("json_value", "json_object", "json_array"))]
+    shared = [name for name in first.rules if name.startswith("json_value")]
     assert shared and all(first.rules[name] is second.rules[name] for name in shared)
+
+
+@pytest.mark.parametrize("whitespace", ["compact", "flexible", "indent"])
+def test_any_json_value_is_one_rule_per_depth_that_calls_only_lexical_rules_besides(whitespace):
+    """Objects, arrays and literals are read in ``json_value``'s own body: a schema with open objects brings one
+    rule per indentation depth and the lexical ones, which every compile checks and cleans up."""
+    from constrain.compilers.json_schema import MAX_INDENT_DEPTH
+
+    grammar, _ = schema_to_grammar({"type": "object"}, whitespace=whitespace)
+    values = [name for name in grammar.rules if name.startswith("json_value")]
+    assert len(values) == (MAX_INDENT_DEPTH + 1 if whitespace == "indent" else 1)  # a member: depth 1 and on
+    lexical = {"json_string", "json_number", "ws"}
+    for name in values:
+        assert set(calls_of(grammar.rules[name])) <= lexical | set(values)
+    assert not {"json_object", "json_array", "true", "false", "null"} & set(grammar.rules)
+    m = machine({"type": "object"}, whitespace=whitespace)
+    value = {"a": [1, {"b": None, "c": [True, False, "x"]}], "d": {}, "e": -1.5e3, "f": []}
+    text = _indented(value, MAX_INDENT_DEPTH + 1) if whitespace == "indent" else dumps(value)
+    assert accepts(m, text) and not accepts(m, text[:-1] + "]")
 
 
 def test_string_automata_are_shared_across_schemas_and_their_refusals_are_reported_each_time():
