@@ -828,51 +828,75 @@ class _ObjectRules:
             at = sh.max_props_at if hi is not None else sh.min_props_at
             self.refuse(at[0], at[1], "counting this many optional properties needs too many rules", "ignored")
             return None
-        required_from = [None] * (n + 1)
-        nxt = None
-        for i in reversed(range(n)):
-            if items[i][2]:
-                nxt = i
-            required_from[i] = nxt
-
-        def options_at(i: int, c: int) -> list[Expr]:
-            options: list[Expr] = []
-            sep = (lay.comma,) if c > 0 else ()
-            r = required_from[i]
-            last = r if r is not None else n - 1
-            for j in range(i, last + 1):
-                c2 = c + 1
-                if hi is not None and c2 > hi:
-                    break
-                follow = rule(j + 1, c2 if hi is not None else min(c2, cap))
-                options.append(Seq(sep + (items[j][1], follow)))
-            if r is None:
-                k_lo = max(0, lo - c)
-                k_hi = None if hi is None else hi - c
-                if extra is None:
-                    k_hi = 0
-                if k_hi is None or k_lo <= k_hi:
-                    if c > 0:
-                        options.append(Repeat(Seq((lay.comma, extra)), k_lo, k_hi) if extra is not None else Seq(()))
-                    else:
-                        if k_lo == 0:
-                            options.append(Seq(()))
-                        if extra is not None and (k_hi is None or k_hi >= 1):
-                            more = Repeat(Seq((lay.comma, extra)), max(0, k_lo - 1), None if k_hi is None else k_hi - 1)
-                            options.append(Seq((extra, more)))
-            return options
-
-        def rule(i: int, c: int) -> Ref:
-            rname = f"{name}/m{i}.{c}"
-            if rname not in self.rules and rname not in self.names:
-                self.names.add(rname)
-                options = options_at(i, c)
-                if options:
-                    self.rules[rname] = options[0] if len(options) == 1 else Alt(tuple(options))
-            return Ref(rname)
-
-        top = options_at(0, 0)
+        top = _CountedMembers(self, items, extra, lo, hi, lay, name).options_at(0, 0)
         empty_ok = Seq(()) in top
         top = [o for o in top if o != Seq(())]
         nonempty = None if not top else top[0] if len(top) == 1 else Alt(tuple(top))
         return nonempty, empty_ok
+
+
+class _CountedMembers:
+    """The members of an object whose properties are counted (``minProperties``, ``maxProperties``): rule
+    ``{name}/m{i}.{c}`` reads the members from the ``i``-th on with ``c`` read so far. A class rather than two
+    closures that call each other: those would close a reference cycle that keeps the whole compiler alive until
+    the cyclic garbage collector runs."""
+
+    __slots__ = ("compiler", "items", "extra", "lo", "hi", "cap", "lay", "name", "required_from")
+
+    def __init__(self, compiler: _ObjectRules, items, extra, lo: int, hi: int | None, lay: _Layout, name: str):
+        self.compiler = compiler
+        self.items = items
+        self.extra = extra
+        self.lo, self.hi = lo, hi
+        self.cap = hi if hi is not None else lo
+        self.lay = lay
+        self.name = name
+        n = len(items)
+        #: Per member: the first required member from it on (None: none is left).
+        self.required_from: list[int | None] = [None] * (n + 1)
+        nxt = None
+        for i in reversed(range(n)):
+            if items[i][2]:
+                nxt = i
+            self.required_from[i] = nxt
+
+    def options_at(self, i: int, c: int) -> list[Expr]:
+        """What may follow once the members before the ``i``-th were passed and ``c`` were read."""
+        items, extra, lay, lo, hi = self.items, self.extra, self.lay, self.lo, self.hi
+        n = len(items)
+        options: list[Expr] = []
+        sep = (lay.comma,) if c > 0 else ()
+        r = self.required_from[i]
+        last = r if r is not None else n - 1
+        for j in range(i, last + 1):
+            c2 = c + 1
+            if hi is not None and c2 > hi:
+                break
+            follow = self.rule(j + 1, c2 if hi is not None else min(c2, self.cap))
+            options.append(Seq(sep + (items[j][1], follow)))
+        if r is None:
+            k_lo = max(0, lo - c)
+            k_hi = None if hi is None else hi - c
+            if extra is None:
+                k_hi = 0
+            if k_hi is None or k_lo <= k_hi:
+                if c > 0:
+                    options.append(Repeat(Seq((lay.comma, extra)), k_lo, k_hi) if extra is not None else Seq(()))
+                else:
+                    if k_lo == 0:
+                        options.append(Seq(()))
+                    if extra is not None and (k_hi is None or k_hi >= 1):
+                        more = Repeat(Seq((lay.comma, extra)), max(0, k_lo - 1), None if k_hi is None else k_hi - 1)
+                        options.append(Seq((extra, more)))
+        return options
+
+    def rule(self, i: int, c: int) -> Ref:
+        """The rule of :meth:`options_at` ``(i, c)``, written once."""
+        compiler = self.compiler
+        rname = f"{self.name}/m{i}.{c}"
+        if rname not in compiler.rules and rname not in compiler.names:
+            compiler.names.add(rname)
+            options = self.options_at(i, c)
+            if options:
+                compiler.rules[rname] = options[0] if len(options) == 1 else Alt(tuple(options))
+        return Ref(rname)

@@ -707,6 +707,12 @@ def test_a_compile_leaves_no_reference_cycles_behind():
             },
             "$ref": "#/$defs/n",
         },
+        {  # properties counted
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "string"}, "c": {"type": "null"}},
+            "minProperties": 1,
+            "maxProperties": 2,
+        },
     ]
     ours = cyclic_garbage(lambda: [build_pushdown(schema_to_grammar(schema)[0]) for schema in schemas])
     assert not ours, collections.Counter(type(o).__name__ for o in ours)
