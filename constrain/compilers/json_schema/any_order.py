@@ -9,6 +9,7 @@ A mixin of :class:`~constrain.compilers.json_schema.compiler._Compiler`, beside
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 from collections.abc import Callable
 
@@ -97,47 +98,15 @@ class _AnyOrderRules:
         other than a call or a literal are rules of their own, read once however many sets precede them. Property
         counts are the size of the set: the caller keeps the declared order where they must also count extra
         members."""
-        after: dict[int, Expr | None] = {}
-
-        def rest(read: int) -> Expr | None:
-            """What may follow once the members in ``read`` (a bit set) are read; None when nothing completes."""
-            if read in after:
-                return after[read]
-            options: list[Expr] = []
-            for i in order.following(read):
-                tail = rest(read | 1 << i)
-                if tail is not None:
-                    options.append(Seq((order.comma, order.members[i], tail)))
-            after[read] = found = order.then(options, read)
-            return found
-
-        return order.top(rest)
+        return order.top(_Following(order))
 
     def members_any_order_later(self, order: _AnyOrder, sh: _Shape, name: str) -> tuple[Expr | None, bool]:
         """:meth:`members_any_order`'s language for an object too large to read in one rule: the members that may
         follow a set of members read are a rule of their own, written when a matcher first reaches that set
         (:attr:`~constrain.grammar.ir.Grammar.deferred`). A text then writes one rule per member it reads, out of
         the ``2 ** n`` sets, and the compile writes only the first member's options."""
-        ptr = sh.object_parts[0].ptr if sh.object_parts else ""
-
-        def next_member(read: int) -> Expr:
-            """The body of the rule of the members after ``read``: each that leaves a way to complete, then what
-            may follow it."""
-            options = [Seq((order.members[i], rest(read | 1 << i))) for i in order.following(read)]
-            return options[0] if len(options) == 1 else Alt(tuple(options))
-
-        def rest(read: int) -> Expr | None:
-            """What may follow once the members in ``read`` are read: a comma and the rule of the next member
-            (named now, written later), or the end where the set completes the object."""
-            options: list[Expr] = []
-            if order.following(read):
-                rule = f"{name}/after{read:x}"
-                if rule not in self.rules and rule not in self.deferred:
-                    self.deferred[rule] = (ptr, lambda _compiler, read=read: next_member(read))
-                options.append(Seq((order.comma, Ref(rule))))
-            return order.then(options, read)
-
-        return order.top(rest)
+        later = _FollowingLater(order, name, sh.object_parts[0].ptr if sh.object_parts else "")
+        return order.top(functools.partial(later.rest, self))
 
 
 class _AnyOrder:
@@ -241,3 +210,64 @@ def _any_order_states(items, values: dict[str, Expr]) -> int:
         value = values[key]
         size += len(_json_string(key).encode()) + 4 + (len(str(value.value)) if type(value) is Literal else 0)
     return size << (len(items) - 1)
+
+
+class _Following:
+    """What may follow each set of members read (a bit set), in the one rule of
+    :meth:`_AnyOrderRules.members_any_order`; None where nothing completes. Kept per set, as an object rather than
+    a recursive closure, which would be a reference cycle that waits for the garbage collector."""
+
+    __slots__ = ("order", "after")
+
+    def __init__(self, order: _AnyOrder):
+        self.order = order
+        self.after: dict[int, Expr | None] = {}
+
+    def __call__(self, read: int) -> Expr | None:
+        found = self.after.get(read, _UNSEEN)
+        if found is not _UNSEEN:
+            return found
+        order = self.order
+        options: list[Expr] = []
+        for i in order.following(read):
+            tail = self(read | 1 << i)
+            if tail is not None:
+                options.append(Seq((order.comma, order.members[i], tail)))
+        self.after[read] = found = order.then(options, read)
+        return found
+
+
+class _FollowingLater:
+    """What may follow each set of members read in :meth:`_AnyOrderRules.members_any_order_later`: a comma and the
+    rule of the next member, named now and written when a matcher reaches it. The writers the compiler keeps hold
+    this object, which holds no compiler (it is passed in), so they close no reference cycle through it."""
+
+    __slots__ = ("order", "name", "ptr")
+
+    def __init__(self, order: _AnyOrder, name: str, ptr: str):
+        self.order = order
+        self.name = name
+        self.ptr = ptr
+
+    def next_member(self, read: int, compiler: _AnyOrderRules) -> Expr:
+        """The body of the rule of the members after ``read``: each that leaves a way to complete, then what may
+        follow it."""
+        order = self.order
+        options = [Seq((order.members[i], self.rest(compiler, read | 1 << i))) for i in order.following(read)]
+        return options[0] if len(options) == 1 else Alt(tuple(options))
+
+    def rest(self, compiler: _AnyOrderRules, read: int) -> Expr | None:
+        """What may follow once the members in ``read`` are read: a comma and the rule of the next member, or the
+        end where the set completes the object."""
+        order = self.order
+        options: list[Expr] = []
+        if order.following(read):
+            rule = f"{self.name}/after{read:x}"
+            if rule not in compiler.rules and rule not in compiler.deferred:
+                compiler.deferred[rule] = (self.ptr, functools.partial(self.next_member, read))
+            options.append(Seq((order.comma, Ref(rule))))
+        return order.then(options, read)
+
+
+#: A set of members not met yet (None is a verdict: nothing completes).
+_UNSEEN = object()

@@ -485,6 +485,26 @@ def test_a_structure_dropped_with_rules_still_put_off_leaves_no_reference_cycles
     assert not ours, ours[:5]
 
 
+def test_objects_read_in_any_order_leave_no_reference_cycles():
+    """``property_order="any"``: the one rule of a small object's sets of names read, and the rules of a larger
+    one's sets written when a text reaches them, close no cycle through the compiler, whether or not they were
+    written before the structure is dropped."""
+    small = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(3)}, "required": ["p0"]}
+    large = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(12)}}
+
+    def run():
+        assert not schema_to_grammar(small, lazy=True, property_order="any")[0].deferred
+        for text in (None, '{"p3":1,"p0":2}'):
+            grammar = schema_to_grammar(large, lazy=True, property_order="any")[0]
+            assert grammar.deferred
+            machine = Machine(build_pushdown(grammar, lazy=True))
+            if text is not None:
+                assert accepts(machine, text)
+
+    ours = cyclic_garbage(run)
+    assert not ours, ours[:5]
+
+
 def test_a_rule_that_cannot_be_written_fails_the_same_way_each_time(put_off_all):
     """A certificate that failed (here: a rule put off pointed at a string no value satisfies) is refused at the
     step that reaches it, with the pointer, and again the same way if asked for again."""
