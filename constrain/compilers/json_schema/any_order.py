@@ -224,9 +224,8 @@ class _Following:
         self.after: dict[int, Expr | None] = {}
 
     def __call__(self, read: int) -> Expr | None:
-        found = self.after.get(read, _UNSEEN)
-        if found is not _UNSEEN:
-            return found
+        if read in self.after:
+            return self.after[read]
         order = self.order
         options: list[Expr] = []
         for i in order.following(read):
@@ -267,7 +266,3 @@ class _FollowingLater:
                 compiler.deferred[rule] = (self.ptr, functools.partial(self.next_member, read))
             options.append(Seq((order.comma, Ref(rule))))
         return order.then(options, read)
-
-
-#: A set of members not met yet (None is a verdict: nothing completes).
-_UNSEEN = object()

@@ -828,7 +828,7 @@ class _ObjectRules:
             at = sh.max_props_at if hi is not None else sh.min_props_at
             self.refuse(at[0], at[1], "counting this many optional properties needs too many rules", "ignored")
             return None
-        top = _CountedMembers(self, items, extra, lo, hi, lay, name).options_at(0, 0)
+        top = _CountedMembers(self, items, extra, lo, hi, cap, lay, name).options_at(0, 0)
         empty_ok = Seq(()) in top
         top = [o for o in top if o != Seq(())]
         nonempty = None if not top else top[0] if len(top) == 1 else Alt(tuple(top))
@@ -843,12 +843,13 @@ class _CountedMembers:
 
     __slots__ = ("compiler", "items", "extra", "lo", "hi", "cap", "lay", "name", "required_from")
 
-    def __init__(self, compiler: _ObjectRules, items, extra, lo: int, hi: int | None, lay: _Layout, name: str):
+    def __init__(
+        self, compiler: _ObjectRules, items, extra, lo: int, hi: int | None, cap: int, lay: _Layout, name: str
+    ):
         self.compiler = compiler
         self.items = items
         self.extra = extra
-        self.lo, self.hi = lo, hi
-        self.cap = hi if hi is not None else lo
+        self.lo, self.hi, self.cap = lo, hi, cap
         self.lay = lay
         self.name = name
         n = len(items)
