@@ -50,6 +50,13 @@ class ByteDFA:
         """Its call edges."""
         return int(np.count_nonzero(self.calls >= 0))
 
+    def calling(self, callees: tuple[int, ...]) -> ByteDFA:
+        """This DFA with its call columns naming ``callees``: the same arrays, and its count of call edges once
+        counted (a shared rule DFA is renumbered for every grammar that calls it)."""
+        out = ByteDFA(self.trans, self.accepting, self.calls, callees)
+        out.__dict__["num_calls"] = self.num_calls
+        return out
+
     @property
     def nbytes(self) -> int:
         """The bytes of its arrays (what caches bounded in bytes count)."""

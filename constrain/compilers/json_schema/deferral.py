@@ -10,9 +10,10 @@ can neither be refused (strict mode refuses at compile time, not in a mask) nor 
 would have dropped the property or refused the schema), and when some finite value satisfies it. The walk checks
 each subschema it reaches (through references, branches, properties and items) against a small set of keywords
 whose lowering is known to succeed under simple conditions (:data:`CERTIFIED_KEYWORDS`); anything else (a
-conjunction, a negation, a count of properties) keeps the value eager. Patterns are certified by building their
-automaton now (it is shared per process, so the later lowering finds it built), and so are the keys of an object's
-one ``patternProperties`` pattern (shared per process with its lowering, see
+conjunction, a negation, a count of properties) keeps the value eager. A pattern is certified on the automaton of
+the texts it matches (shared per process): its JSON strings' automaton, escapes written, cannot pass its bound when
+that one is small, and is built when the value is lowered. The keys of an object's one ``patternProperties``
+pattern are built now (shared per process with its lowering, see
 :meth:`~constrain.compilers.json_schema.objects._ObjectRules.pattern_key`). A rule put off reads a byte first
 (a JSON value) and every cycle of references passes through a property or an item, so no left recursion can wait
 in it.

@@ -576,7 +576,12 @@ def _json_string_dfa(text: ByteDFA) -> ByteDFA:
     n = trans.shape[0]
     targets = trans[:, _ESCAPED_BYTES]
     escaping = np.flatnonzero((targets >= 0).any(axis=1))
-    rows, trie_of = np.unique(targets[escaping], axis=0, return_inverse=True)
+    # the distinct rows by their bytes (np.unique over rows sorts a structured view: a hundred times slower here)
+    trie_by_row: dict[bytes, int] = {}
+    trie_of = np.empty(len(escaping), dtype=np.int64)
+    for k, row in enumerate(targets[escaping]):
+        trie_of[k] = trie_by_row.setdefault(row.tobytes(), len(trie_by_row))
+    rows = [np.frombuffer(row, dtype=np.int32) for row in trie_by_row]
     first = n + 1  # row 0 reads the opening quote; the text's states follow, then the tries
     tries: list[np.ndarray] = []
 
@@ -601,7 +606,7 @@ def _json_string_dfa(text: ByteDFA) -> ByteDFA:
     table[0, 0x22] = 1
     body = np.where(trans >= 0, trans + 1, DEAD)
     body[:, _ESCAPED_BYTES] = DEAD
-    body[escaping, 0x5C] = roots[trie_of.ravel()]
+    body[escaping, 0x5C] = roots[trie_of]
     body[text.accepting, 0x22] = total - 1
     table[1:first] = body
     if tries:
@@ -642,8 +647,9 @@ def _costly_string(key: _StringKey, lo: int, hi: int | None) -> bool:
 def _string_holds(key: _StringKey, lo: int, hi: int | None) -> bool:
     """Whether the strings of ``key`` with ``lo`` to ``hi`` characters lower to one automaton that matches
     something (neither empty nor too large, nor cut into blocks), decided without folding a counted automaton:
-    its states are walked, and the automaton is built when the string is lowered. Raises RegexError or _TooLarge
-    as :func:`_searched` does."""
+    its states are walked, and the automaton is built when the string is lowered. A pattern alone is decided on its
+    text automaton when that is small enough that its JSON strings' automaton cannot pass the bound; its escapes are
+    written when the string is lowered. Raises RegexError or _TooLarge as :func:`_searched` does."""
     found = _STRING_AUTOMATA.get((key, lo, hi))
     if found is None and (lo > 0 or hi is not None):
         d = _string_language(key)
@@ -659,9 +665,21 @@ def _string_holds(key: _StringKey, lo: int, hi: int | None) -> bool:
                     return False
                 _WALKS.put((key, lo, hi), walk, sum(part.nbytes for part in walk))
             return bool(walk[1].any())
+    if found is None and lo == 0 and hi is None and len(key.patterns) == 1 and key[1:] == ((), (), (), ()):
+        text = _search_text(key.patterns[0])  # what _pattern_automaton decides, short of writing the escapes
+        if text is None:
+            return False
+        if _JSON_STATES_PER_TEXT_STATE * text.num_states + 2 <= MAX_BYTE_STATES:
+            return True
     if found is None:
         found = _string_automaton(key, lo, hi)  # no counted automaton: the lengths hold for every string
     return found is _StringOutcome.ANY_TEXT or isinstance(found, Automaton)
+
+
+#: At most how many states :func:`_json_string_dfa` makes per state of the text automaton: the state itself, and
+#: a trie of the escapes (its root and the prefixes ``u``, ``u0``, ``u00``, ``u000``, ``u001``) when it reads a
+#: byte that JSON escapes; two more for the quotes.
+_JSON_STATES_PER_TEXT_STATE = 7
 
 
 _NO_TEXT_CONSTRAINTS = _StringKey((), (), (), (), ())

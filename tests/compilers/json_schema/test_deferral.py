@@ -519,3 +519,59 @@ def test_a_rule_that_cannot_be_written_fails_the_same_way_each_time(put_off_all)
         with pytest.raises(JsonSchemaError) as caught:
             accepts(machine, '{"a":{}}')
         assert caught.value.pointer.startswith("/$defs/never/") and "unsatisfiable" in caught.value.reason
+
+
+def test_a_pattern_is_certified_without_writing_its_escapes(monkeypatch, put_off_all):
+    """The certificate decides a pattern alone on its text automaton: the JSON strings' automaton (escapes
+    written) is built when a matcher first reaches the value, unless the text automaton is large enough that the
+    bound on it could be passed; then it is built now, and a value whose automaton passes it is lowered (and
+    refused) at once."""
+    built = []
+    json_string_dfa = strings._json_string_dfa
+    monkeypatch.setattr(strings, "_json_string_dfa", lambda text: built.append(text) or json_string_dfa(text))
+    strings._STRING_AUTOMATA.clear()
+    code = {"type": "string", "pattern": "^[A-Z]{3}-[0-9]+$"}
+    schema = {"type": "object", "properties": {"item": {"type": "object", "properties": {"code": code}}}}
+    assert schema_to_grammar(schema, lazy=True)[0].deferred == {"schema:/properties/item"}
+    assert built == []
+    machine = outcome(schema, True)
+    assert accepts(machine, dumps({"item": {"code": "ABC-12"}}))
+    assert not accepts(machine, dumps({"item": {"code": "AB-12"}}))
+    assert len(built) == 1
+    strings._STRING_AUTOMATA.clear()
+    monkeypatch.setattr(strings, "MAX_BYTE_STATES", 20)  # 7 x the text automaton's 6 states + 2 is past it
+    assert schema_to_grammar(schema, lazy=True)[0].deferred == {"schema:/properties/item"}
+    assert len(built) == 2
+    strings._STRING_AUTOMATA.clear()
+    monkeypatch.setattr(strings, "MAX_BYTE_STATES", 7)  # its JSON strings' automaton has 8 states: too large
+    with pytest.raises(JsonSchemaError) as refused:  # lowered now, so refused at compile time
+        schema_to_grammar(schema, lazy=True)
+    assert refused.value.pointer == "/properties/item/properties/code/pattern"
+
+
+def test_the_json_strings_of_a_text_automaton_stay_within_the_certificate_s_bound():
+    """The bound the certificate reads a pattern's size by (:func:`strings._string_holds`) holds for every
+    pattern of the dev set that compiles."""
+    patterns = set()
+    with gzip.open(DEV, "rt") as f:
+        for line in f:
+            stack = [json.loads(line)["schema"]]
+            while stack:
+                node = stack.pop()
+                if isinstance(node, dict):
+                    if isinstance(node.get("pattern"), str):
+                        patterns.add(node["pattern"])
+                    stack.extend(node.values())
+                elif isinstance(node, list):
+                    stack.extend(node)
+    checked = 0
+    for pattern in sorted(patterns):
+        try:
+            text = strings._search_text(pattern)
+        except Exception:
+            continue
+        if text is not None:
+            bound = strings._JSON_STATES_PER_TEXT_STATE * text.num_states + 2
+            assert strings._json_string_dfa(text).num_states <= bound, pattern
+            checked += 1
+    assert checked > 900
