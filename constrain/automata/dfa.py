@@ -50,7 +50,7 @@ class ByteDFA:
         """Its call edges."""
         return int(np.count_nonzero(self.calls >= 0))
 
-    def calling(self, callees: tuple[int, ...]) -> ByteDFA:
+    def with_callees(self, callees: tuple[int, ...]) -> ByteDFA:
         """This DFA with its call columns naming ``callees``: the same arrays, and its count of call edges once
         counted (a shared rule DFA is renumbered for every grammar that calls it)."""
         out = ByteDFA(self.trans, self.accepting, self.calls, callees)

@@ -221,7 +221,7 @@ def _checked_rule_dfa(body: Expr, name: str, index: Mapping[str, int]) -> ByteDF
         raise GrammarError(f"rule {name!r} nests too deeply to compile") from None
     if not dfa.callees:
         return dfa  # the shared object itself, with what it keeps (language hashes, acceptance)
-    return dfa.calling(tuple(index[called[k]] for k in dfa.callees))
+    return dfa.with_callees(tuple(index[called[k]] for k in dfa.callees))
 
 
 def _hoist_terminals(grammar: Grammar) -> Grammar:

@@ -644,6 +644,12 @@ def _costly_string(key: _StringKey, lo: int, hi: int | None) -> bool:
     return (key, lo, hi) not in _STRING_AUTOMATA
 
 
+#: At most how many states :func:`_json_string_dfa` makes per state of the text automaton: the state itself, and
+#: a trie of the escapes (its root and the prefixes ``u``, ``u0``, ``u00``, ``u000``, ``u001``) when it reads a
+#: byte that JSON escapes; two more for the quotes.
+_JSON_STATES_PER_TEXT_STATE = 7
+
+
 def _string_holds(key: _StringKey, lo: int, hi: int | None) -> bool:
     """Whether the strings of ``key`` with ``lo`` to ``hi`` characters lower to one automaton that matches
     something (neither empty nor too large, nor cut into blocks), decided without folding a counted automaton:
@@ -674,12 +680,6 @@ def _string_holds(key: _StringKey, lo: int, hi: int | None) -> bool:
     if found is None:
         found = _string_automaton(key, lo, hi)  # no counted automaton: the lengths hold for every string
     return found is _StringOutcome.ANY_TEXT or isinstance(found, Automaton)
-
-
-#: At most how many states :func:`_json_string_dfa` makes per state of the text automaton: the state itself, and
-#: a trie of the escapes (its root and the prefixes ``u``, ``u0``, ``u00``, ``u000``, ``u001``) when it reads a
-#: byte that JSON escapes; two more for the quotes.
-_JSON_STATES_PER_TEXT_STATE = 7
 
 
 _NO_TEXT_CONSTRAINTS = _StringKey((), (), (), (), ())
