@@ -4,12 +4,12 @@
 
 MaskBench's worker forces each schema's instances after its TTFM and then runs ``gc.collect()``, outside the
 timings; the next schema's compile then starts in a process that has just freed that structure and its caches and
-collected its garbage. Here each schema is compiled and its first mask computed (TTFM) in one process started as
-the worker is (``warmup(vocab)``, ``collector.freeze()``), with ``--flush-mb`` of memory touched before it; after
-it, a coin decides whether its valid and invalid instances are forced token by token, and another whether
-``gc.collect()`` runs. Each TTFM is then filed under what was done after the compile before it, and divided by the
-same schema's TTFM in a ``ttfm_profile.py --out`` run (nothing between schemas) when one is given, so that the
-four groups compare alike whatever schemas chance puts in them.
+collected its garbage. Here one process sets constrain's MaskBench engine up as the worker does and runs each
+schema through the harness's own ``run_schema`` (compile, first mask, then the instances), with ``--flush-mb`` of
+memory touched before it; a coin decides whether the schema's instances are forced (given to ``run_schema``), and
+another whether ``gc.collect()`` runs after it. Each TTFM is then filed under what was done after the compile
+before it, and divided by the same schema's TTFM in a ``ttfm_profile.py --out`` run (nothing between schemas)
+when one is given, so that the four groups compare alike whatever schemas chance puts in them.
 """
 
 from __future__ import annotations
@@ -19,24 +19,11 @@ import gc
 import json
 import random
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-
-def force(structure, tokens: list[int], bitmask: np.ndarray) -> None:
-    """A mask before each token of ``tokens`` and after the last, as MaskBench's timed pass computes them."""
-    matcher = structure.matcher()
-    for token in tokens:
-        matcher.fill_bitmask(bitmask, 0)
-        try:
-            matcher.advance(token)
-        except Exception:  # an invalid instance: rejected here
-            return
-    matcher.fill_bitmask(bitmask, 0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,40 +36,31 @@ def main(argv: list[str] | None = None) -> int:
 
     import maskbench as mb
 
-    from constrain import Vocabulary, collector
-    from constrain.compilers.json_schema import compile_json_schema
-    from constrain.compilers.warmup import warmup
     from constrain.models import load_gemma_tokenizer
+    from constrain.vocab.vocabulary import Vocabulary
 
     tokenizer = load_gemma_tokenizer()
     vocab = Vocabulary.from_tokenizer(tokenizer)
-    warmup(vocab)
+    engine = mb.ConstrainEngine()
+    engine.vocab_size = vocab.size
+    engine.setup(tokenizer, vocab, {})  # warmup(vocab), collector.freeze(): as the worker
+    mb.warm_up(engine, tokenizer)
     entries = mb.load_entries(mb.DEFAULT_DATA, sample=args.sample, seed=args.seed)
     tests = [mb.tokenise_tests(entry, tokenizer, vocab) for entry in entries]
-    collector.freeze()
     bitmask = np.zeros((1, (vocab.size + 31) // 32), dtype=np.int32)
-    compile_json_schema(mb.WARM_UP_SCHEMA, vocab).matcher().fill_bitmask(bitmask, 0)
     ballast = np.zeros(max(1, args.flush_mb) << 17)  # float64: flush_mb MiB
     coins = random.Random(args.seed)
-    before: tuple[bool, bool] | None = None  # (tests forced, collected) after the previous compile
+    before: tuple[bool, bool] | None = None  # (instances forced, collected) after the previous compile
     rows: list[tuple[str, tuple[bool, bool], float]] = []
     for entry, schema_tests in zip(entries, tests):
+        forced, collected = coins.random() < 0.5, coins.random() < 0.5
         ballast += 1.0
-        start = time.perf_counter()
-        try:
-            structure = compile_json_schema(entry["schema"], vocab)
-            structure.matcher().fill_bitmask(bitmask, 0)
-        except Exception:  # a refusal: what follows it is not what follows a compile
+        record = mb.run_schema(engine, {"schema": entry["schema"], "tests": schema_tests if forced else []}, bitmask)
+        if record["status"] != "ok":  # a refusal: what follows it is not what follows a compile
             before = None
             continue
         if before is not None:
-            rows.append((entry["name"], before, time.perf_counter() - start))
-        forced, collected = coins.random() < 0.5, coins.random() < 0.5
-        if forced:
-            for test in schema_tests:
-                if "tokens" in test:
-                    force(structure, test["tokens"], bitmask)
-        del structure
+            rows.append((entry["name"], before, record["ttfm_s"]))
         if collected:
             gc.collect()
         before = (forced, collected)

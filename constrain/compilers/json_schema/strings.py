@@ -506,7 +506,7 @@ def _string_automaton(key: _StringKey, lo: int, hi: int | None) -> Automaton | _
 
 
 def _build_string_automaton(key: _StringKey, lo: int, hi: int | None) -> Automaton | _StringOutcome:
-    if lo == 0 and hi is None and len(key.patterns) == 1 and key == _StringKey(key.patterns, (), (), (), ()):
+    if _pattern_alone(key, lo, hi):
         return _pattern_automaton(key.patterns[0])
     d = _string_language(key)
     outcome = _language_outcome(d)
@@ -529,6 +529,11 @@ def _build_string_automaton(key: _StringKey, lo: int, hi: int | None) -> Automat
         return _automaton_of(d.encode_json().minimized(), quoted=True)
     except _TooLarge:
         return _StringOutcome.TOO_LARGE
+
+
+def _pattern_alone(key: _StringKey, lo: int, hi: int | None) -> bool:
+    """Whether a string's only constraint is one pattern (:func:`_pattern_automaton` lowers it)."""
+    return lo == 0 and hi is None and len(key.patterns) == 1 and key == (key.patterns, (), (), (), ())
 
 
 def _language_outcome(d: _CDFA | None) -> _StringOutcome | None:
@@ -576,12 +581,16 @@ def _json_string_dfa(text: ByteDFA) -> ByteDFA:
     n = trans.shape[0]
     targets = trans[:, _ESCAPED_BYTES]
     escaping = np.flatnonzero((targets >= 0).any(axis=1))
-    # the distinct rows by their bytes (np.unique over rows sorts a structured view: a hundred times slower here)
+    # the distinct rows, told apart by their bytes (np.unique over rows sorts a structured view: a hundred times
+    # slower here)
+    rows: list[np.ndarray] = []
     trie_by_row: dict[bytes, int] = {}
     trie_of = np.empty(len(escaping), dtype=np.int64)
     for k, row in enumerate(targets[escaping]):
-        trie_of[k] = trie_by_row.setdefault(row.tobytes(), len(trie_by_row))
-    rows = [np.frombuffer(row, dtype=np.int32) for row in trie_by_row]
+        trie = trie_by_row.setdefault(row.tobytes(), len(rows))
+        if trie == len(rows):
+            rows.append(row)
+        trie_of[k] = trie
     first = n + 1  # row 0 reads the opening quote; the text's states follow, then the tries
     tries: list[np.ndarray] = []
 
@@ -671,7 +680,7 @@ def _string_holds(key: _StringKey, lo: int, hi: int | None) -> bool:
                     return False
                 _WALKS.put((key, lo, hi), walk, sum(part.nbytes for part in walk))
             return bool(walk[1].any())
-    if found is None and lo == 0 and hi is None and len(key.patterns) == 1 and key[1:] == ((), (), (), ()):
+    if found is None and _pattern_alone(key, lo, hi):
         text = _search_text(key.patterns[0])  # what _pattern_automaton decides, short of writing the escapes
         if text is None:
             return False
