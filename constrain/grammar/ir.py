@@ -1,7 +1,8 @@
 """The grammar IR: named rules whose bodies combine terminals with sequences, alternatives, repetitions and calls.
 
 Every structure compiler (JSON Schema, Lark, GBNF, tools) lowers to a :class:`Grammar`. Composite nodes hash once and
-compare by value, so equal bodies from different schemas share one rule DFA (:mod:`constrain.grammar.rules`).
+compare by value; equal bodies from different schemas share one rule DFA (:mod:`constrain.grammar.rules` keys its
+cache by a plain-tuple form of the body).
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ class Ref:
 
 
 class _CachedHash:
-    """Composite expressions are deep trees used as cache keys (rule DFAs by body, shared suffixes): their hash
-    is computed once, not walked again on every lookup.
+    """Composite expressions are deep trees used as dictionary keys (a rule's shared suffixes while its automaton
+    is built, a compile's caches): their hash is computed once, not walked again on every lookup.
 
     What a composite keeps about itself once computed lives in slots, not in an instance dictionary: a compile
     leaves tens of thousands of these nodes alive, and a dictionary each would be as many more objects for every

@@ -10,6 +10,7 @@ are shared by every place that uses them.
 
 from __future__ import annotations
 
+import sys
 import weakref
 from collections.abc import Iterable, Mapping
 from contextlib import nullcontext
@@ -42,6 +43,8 @@ from constrain.grammar.ir import (
     Regex,
     Repeat,
     Seq,
+    Token,
+    TokensExcept,
     _CachedHash,
     _has_terminals,
     calls_of,
@@ -246,8 +249,9 @@ def _hoist_terminals(grammar: Grammar) -> Grammar:
 
 def _hoisted(expr: Expr) -> tuple[Expr, tuple[tuple[str, Expr], ...]]:
     """``expr`` with its terminals replaced by calls, and those terminals by the rule names the calls use. The
-    same object when it has none (its cached hash and the rule DFA cache keep working); kept on a composite
-    expression, as its calls are (:func:`calls_of`), since the rules every schema shares are the same objects."""
+    same object when it has none (what it keeps about itself, its rule DFA among them, stays with it); kept on a
+    composite expression, as its calls are (:func:`calls_of`), since the rules every schema shares are the same
+    objects."""
     if isinstance(expr, (Regex, Automaton)):
         name = f"regex {expr.pattern!r}" if isinstance(expr, Regex) else f"automaton {expr._key.hex()}"
         return Ref(name), ((name, expr),)
@@ -272,7 +276,7 @@ def _hoisted(expr: Expr) -> tuple[Expr, tuple[tuple[str, Expr], ...]]:
 _NOTHING_HOISTED = (None, ())
 
 
-#: Rule DFAs by body, shared by every grammar built in this process.
+#: Rule DFAs by body (:func:`_body_key`), shared by every grammar built in this process.
 _RULE_DFAS = BoundedCache(RULE_CACHE_BYTES)
 
 
@@ -286,16 +290,72 @@ def _rule_dfa(body: Expr) -> tuple[ByteDFA, tuple[str, ...]]:
     if kept is not None:  # a body met before in this process (a shared rule's): no hash, no lookup
         return kept
     try:
-        cached = _RULE_DFAS.get(body)
+        key = _body_key(body)
+        cached = _RULE_DFAS.get(key)
     except TypeError:  # an unhashable body (a list where a tuple belongs): build it, uncached
         return _build_rule_dfa(body)
     if cached is None:
         cached = _build_rule_dfa(body)
         dfa = cached[0]
-        _RULE_DFAS.put(body, cached, dfa.trans.nbytes + dfa.calls.nbytes + dfa.accepting.nbytes)
+        _RULE_DFAS.put(key, cached, dfa.trans.nbytes + dfa.calls.nbytes + dfa.accepting.nbytes + _key_bytes(key))
     if isinstance(body, _CachedHash):
         object.__setattr__(body, "_dfa", cached)
     return cached
+
+
+#: Per leaf kind: its tag in a body's key, and the field that holds its value.
+_LEAVES = {
+    Literal: ("L", "value"),
+    Regex: ("X", "pattern"),
+    Ref: ("R", "rule"),
+    Token: ("T", "ref"),
+    TokensExcept: ("E", "refs"),
+}
+
+
+def _body_key(body: Expr) -> tuple:
+    """``body`` as the rule DFA cache's key: its composite nodes in post-order, each a tuple of its kind and its
+    parts (a child composite by its place in the list, a leaf as a tuple of its kind and value), a node the body
+    reaches more than once listed once. Equal keys are equal bodies. A key holds only tuples, strings, bytes and
+    numbers, which the garbage collector stops tracking, so the cache does not keep every compiled schema's
+    expression trees alive for each later full collection to walk."""
+    nodes: list[tuple] = []
+    root = _key_part(body, nodes, {})
+    return tuple(nodes) if nodes else (root,)
+
+
+def _key_bytes(key: tuple) -> int:
+    """What a body's key holds, in bytes: its tuples and the values of its leaves."""
+    size = sys.getsizeof(key)
+    for node in key:
+        size += sys.getsizeof(node)
+        for part in node:
+            if type(part) is tuple:
+                size += sys.getsizeof(part) + sys.getsizeof(part[1])
+            elif type(part) is not int and part is not None:  # a tag, or a leaf's value when the body is a leaf
+                size += sys.getsizeof(part)
+    return size
+
+
+def _key_part(expr: Expr, nodes: list[tuple], numbered: dict[int, int]) -> int | tuple:
+    """``expr``'s part in its parent's key (see :func:`_body_key`), its composites added to ``nodes``."""
+    kind = type(expr)
+    if kind is Seq or kind is Alt or kind is Repeat:
+        at = numbered.get(id(expr))
+        if at is None:
+            if kind is Repeat:
+                node = ("*", expr.min, expr.max, _key_part(expr.item, nodes, numbered))
+            else:
+                node = ("," if kind is Seq else "|", *[_key_part(item, nodes, numbered) for item in expr.items])
+            at = numbered[id(expr)] = len(nodes)
+            nodes.append(node)
+        return at
+    if kind is Automaton:
+        return ("A", expr.dfa.digest)
+    leaf = _LEAVES.get(kind)
+    if leaf is None:
+        raise TypeError(f"not an expression: {expr!r}")
+    return (leaf[0], getattr(expr, leaf[1]))
 
 
 def _build_rule_dfa(body: Expr) -> tuple[ByteDFA, tuple[str, ...]]:

@@ -334,3 +334,42 @@ def test_a_pickled_expression_keeps_its_fields_and_shared_mark_and_recomputes_wh
     assert getattr(copy.items[0].items[1], "_shared", False) and not getattr(copy.items[0], "_shared", False)
     assert getattr(copy, "_dfa", None) is None  # built again when asked for, not carried over
     assert np.array_equal(_rule_dfa(copy)[0].trans, _rule_dfa(body)[0].trans)
+
+
+@given(small_grammars(), small_grammars())
+@settings(max_examples=200, deadline=None)
+def test_the_rule_dfa_cache_key_of_a_body_names_it_exactly(a, b):
+    """Two bodies share a cached rule DFA only when they are equal; a body rebuilt elsewhere (here, unpickled) with
+    the same subtrees shared finds the DFA built for the first."""
+    from constrain.grammar.rules import _body_key
+
+    bodies = list(a.rules.values()) + list(b.rules.values())
+    bodies += [Seq((x, y)) for x in bodies[:3] for y in bodies[:3]] + [Repeat(x, 1, 2) for x in bodies[:3]]
+    for x in bodies:
+        assert _body_key(pickle.loads(pickle.dumps(x))) == _body_key(x)
+        for y in bodies:
+            if _body_key(x) == _body_key(y):
+                assert x == y
+
+
+def test_the_rule_dfa_cache_keeps_no_expression_alive_for_the_garbage_collector():
+    """A rule's DFA outlives the grammar it was built for, but not its body: the cache's keys are plain tuples,
+    which a collection stops tracking, rather than expression trees every later full collection walks again."""
+    import gc
+    import weakref
+
+    from constrain.grammar.rules import _RULE_DFAS, _body_key
+
+    leaf = Literal("a body no other test writes")
+    body = Seq((Literal("{"), Repeat(Alt((leaf, Ref("v"))), 0, 3), Literal("}")))
+    dfa = build_pushdown(Grammar({"s": body, "v": Literal("1")}, "s")).rules[0]
+    gone, key = weakref.ref(leaf), _body_key(body)
+    del body, leaf
+    gc.collect()
+    assert gone() is None
+    # A tuple is untracked by the collection that finds its items untracked: a key nests three levels (the key,
+    # its nodes, their leaves), so three collections are enough, whatever order they meet them in.
+    gc.collect(), gc.collect()
+    assert not gc.is_tracked(_RULE_DFAS._entries[key][2])  # the key the cache holds
+    again = Seq((Literal("{"), Repeat(Alt((Literal("a body no other test writes"), Ref("v"))), 0, 3), Literal("}")))
+    assert build_pushdown(Grammar({"s": again, "v": Literal("1")}, "s")).rules[0].trans is dfa.trans
