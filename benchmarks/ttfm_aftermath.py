@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     mb.warm_up(engine, tokenizer)
     entries = mb.load_entries(mb.DEFAULT_DATA, sample=args.sample, seed=args.seed)
     tests = [mb.tokenise_tests(entry, tokenizer, vocab) for entry in entries]
+    gc.freeze()  # the worker holds one schema at a time: its collections do not walk the whole sample
     bitmask = np.zeros((1, (vocab.size + 31) // 32), dtype=np.int32)
     ballast = np.zeros(max(1, args.flush_mb) << 17)  # float64: flush_mb MiB
     coins = random.Random(args.seed)
