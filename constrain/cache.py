@@ -246,8 +246,13 @@ def _check_bytes(max_bytes: Any) -> int:
 
 
 class CacheBudget:
-    """Bytes that many :class:`BoundedCache` objects share: when their sum passes ``max_bytes``, the least recently
-    used entries of all of them go first, whichever cache holds them. Each cache's own bound still holds.
+    """Bytes that many :class:`BoundedCache` objects share: when their sum passes ``max_bytes``, entries go, least
+    recently used first, whichever cache holds them. Each cache's own bound still holds.
+
+    Entries come in two kinds. A *costly* cache's (automata, rule DFAs, compiled structures: milliseconds each to
+    build again) go only after the cheap ones (masks and walks, microseconds each), as long as the cheap ones hold
+    at least half the budget: a server that reads many texts keeps the automata its next compiles will need,
+    rather than trading them for walks it can redo at once, and neither kind is starved of half the budget.
 
     Every cache joins the process's budget (:data:`PROCESS_BUDGET`) by default, so the memory constrain keeps
     between compiles (automata, rule DFAs, compiled structures, each structure's masks, lexical walks) levels off
@@ -256,8 +261,11 @@ class CacheBudget:
 
     def __init__(self, max_bytes: int):
         self.max_bytes = _check_bytes(max_bytes)
-        self._order: OrderedDict[tuple[int, Hashable], int] = OrderedDict()  # (cache number, key) -> bytes
+        #: Per kind (cheap, costly): (cache number, key) -> bytes, least recently used first.
+        self._orders: tuple[OrderedDict[tuple[int, Hashable], int], ...] = (OrderedDict(), OrderedDict())
+        self._kind_bytes = [0, 0]
         self._caches: dict[int, weakref.ref[BoundedCache]] = {}
+        self._costly: dict[int, int] = {}  # cache number -> its kind (1: costly)
         self._held: dict[int, int] = {}  # cache number -> bytes
         self._keys: dict[int, set[Hashable]] = {}  # cache number -> its keys in the order
         self._bytes = 0
@@ -272,11 +280,13 @@ class CacheBudget:
             self._settle_forgotten()
             return self._bytes
 
-    def join(self, cache: BoundedCache) -> int:
+    def join(self, cache: Any, *, costly: bool = False) -> int:
+        """Count ``cache``'s entries from now on; ``costly``: they take milliseconds to build again."""
         with self._lock:
             number = self._next
             self._next += 1
             self._caches[number] = weakref.ref(cache)
+            self._costly[number] = int(costly)
             self._held[number] = 0
             self._keys[number] = set()
         weakref.finalize(cache, self._forget, number)
@@ -293,18 +303,39 @@ class CacheBudget:
         while self._forgotten:
             number = self._forgotten.pop()
             self._caches.pop(number, None)
+            kind = self._costly.pop(number, 0)
             self._bytes -= self._held.pop(number, 0)
             for key in self._keys.pop(number, ()):
-                self._order.pop((number, key), None)
+                freed = self._orders[kind].pop((number, key), None)
+                if freed is not None:
+                    self._kind_bytes[kind] -= freed
 
     def _release(self, number: int, key: Hashable, nbytes: int) -> None:
-        """Take an entry's bytes off the total (under the lock)."""
+        """Take an entry's bytes off the totals (under the lock), once it is out of its order."""
         keys = self._keys.get(number)
         if keys is not None:
             keys.discard(key)
         if number in self._held:
             self._held[number] -= nbytes
             self._bytes -= nbytes
+            self._kind_bytes[self._costly[number]] -= nbytes
+
+    def _evict_one(self, keep: tuple[int, Hashable] | None) -> tuple[int, Hashable] | None:
+        """Take the next victim out (under the lock): the least recently used cheap entry while cheap ones hold
+        half the budget or no costly one is left, else the least recently used costly one; never ``keep``."""
+        cheap, costly = self._orders
+        first = 0 if cheap and (self._kind_bytes[0] * 2 >= self.max_bytes or not costly) else 1
+        for kind in (first, 1 - first):
+            order = self._orders[kind]
+            if not order:
+                continue
+            victim = next(iter(order))
+            if victim == keep:  # put last, so alone in its kind
+                continue
+            freed = order.pop(victim)
+            self._release(victim[0], victim[1], freed)
+            return victim
+        return None
 
     def added(self, number: int, key: Hashable, nbytes: int) -> None:
         """A cache put ``key``; evict across caches while over budget (the entry just put stays)."""
@@ -313,17 +344,21 @@ class CacheBudget:
             self._settle_forgotten()
             if number not in self._held:
                 return
-            old = self._order.pop((number, key), None)
+            kind = self._costly[number]
+            order = self._orders[kind]
+            old = order.pop((number, key), None)
             if old is not None:
                 self._release(number, key, old)
-            self._order[(number, key)] = nbytes
+            order[(number, key)] = nbytes
             self._keys[number].add(key)
             self._bytes += nbytes
             self._held[number] += nbytes
-            while self._bytes > self.max_bytes and len(self._order) > 1:
-                (victim, victim_key), freed = self._order.popitem(last=False)
-                self._release(victim, victim_key, freed)
-                victims.append((victim, victim_key))
+            self._kind_bytes[kind] += nbytes
+            while self._bytes > self.max_bytes:
+                victim = self._evict_one((number, key))
+                if victim is None:
+                    break
+                victims.append(victim)
             refs = [(self._caches.get(v), k) for v, k in victims]
         for ref, victim_key in refs:  # outside the budget's lock: a cache never waits on it while holding its own
             cache = ref() if ref is not None else None
@@ -332,12 +367,13 @@ class CacheBudget:
 
     def used(self, number: int, key: Hashable) -> None:
         with self._lock:
-            if (number, key) in self._order:
-                self._order.move_to_end((number, key))
+            order = self._orders[self._costly.get(number, 0)]
+            if (number, key) in order:
+                order.move_to_end((number, key))
 
     def removed(self, number: int, key: Hashable) -> None:
         with self._lock:
-            freed = self._order.pop((number, key), None)
+            freed = self._orders[self._costly.get(number, 0)].pop((number, key), None)
             if freed is not None:
                 self._release(number, key, freed)
 
@@ -346,10 +382,11 @@ class CacheBudget:
         with self._lock:
             self._settle_forgotten()
             victims = []
-            while self._bytes > self.max_bytes and self._order:
-                (victim, key), freed = self._order.popitem(last=False)
-                self._release(victim, key, freed)
-                victims.append((self._caches.get(victim), key))
+            while self._bytes > self.max_bytes:
+                victim = self._evict_one(None)
+                if victim is None:
+                    break
+                victims.append((self._caches.get(victim[0]), victim[1]))
         for ref, key in victims:
             cache = ref() if ref is not None else None
             if cache is not None:
@@ -369,10 +406,13 @@ def set_cache_budget(max_bytes: int) -> None:
 
 class BoundedCache:
     """A thread-safe LRU map bounded in bytes: what each value costs is given when it is put. Its entries also
-    count against ``budget`` (the process's :class:`CacheBudget` by default; None: none)."""
+    count against ``budget`` (the process's :class:`CacheBudget` by default; None: none), which evicts them after
+    cheaper ones when ``costly`` (see :class:`CacheBudget`)."""
 
-    def __init__(self, max_bytes: int, *, budget: CacheBudget | None = PROCESS_BUDGET):
+    def __init__(self, max_bytes: int, *, budget: CacheBudget | None = PROCESS_BUDGET, costly: bool = False):
         self.max_bytes = max_bytes
+        #: Whether its entries take milliseconds to build again: the budget evicts cheap entries first.
+        self.costly = costly
         #: key -> (value, bytes, the key itself): a key equal to the one asked for is found by identity in the
         #: moves that follow a hit, rather than compared again (an expression key compares its whole tree).
         self._entries: OrderedDict[Hashable, tuple[Any, int, Hashable]] = OrderedDict()
@@ -398,7 +438,7 @@ class BoundedCache:
         evicted = []
         with self._lock:
             if self._number is None and self._budget is not None:
-                self._number = self._budget.join(self)
+                self._number = self._budget.join(self, costly=self.costly)
             old = self._entries.pop(key, None)
             if old is not None:
                 self._bytes -= old[1]
@@ -472,7 +512,7 @@ def memoized(max_bytes: int, cost: Callable[..., int]) -> Callable[[_F], _F]:
     wrapper's ``cache_clear()`` empties the memo, and its ``cached(*args)`` says whether it holds ``args``."""
 
     def decorate(function: _F) -> _F:
-        cache = BoundedCache(max_bytes)
+        cache = BoundedCache(max_bytes, costly=True)  # what is memoized is built in milliseconds
 
         @functools.wraps(function)
         def memo(*args: Hashable) -> Any:

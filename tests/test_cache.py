@@ -69,6 +69,37 @@ def test_a_budget_evicts_least_recently_used_entries_across_caches():
     assert budget.used_bytes == 80 == first.nbytes + second.nbytes
 
 
+def test_a_budget_evicts_cheap_entries_before_costly_ones_while_the_cheap_hold_half_of_it():
+    """Masks and walks (microseconds to redo) go before automata (milliseconds), however recently either was
+    used, until the cheap entries hold less than half the budget; then the costly ones go, least recent first."""
+    from constrain.cache import BoundedCache, CacheBudget
+
+    budget = CacheBudget(100)
+    automata, masks = BoundedCache(1000, budget=budget, costly=True), BoundedCache(1000, budget=budget)
+    automata.put("old automaton", 1, 20)
+    for i in range(8):  # each over budget evicts the oldest mask, never the older automaton
+        masks.put(i, i, 20)
+    assert automata.get("old automaton") == 1
+    assert [i for i in range(8) if masks.get(i) is not None] == [4, 5, 6, 7]
+    automata.put("new automaton", 2, 40)  # the cheap hold 80 >= 50: they give way, oldest first
+    assert automata.get("old automaton") == 1 and automata.get("new automaton") == 2
+    assert [i for i in range(8) if masks.get(i) is not None] == [6, 7]
+    automata.put("third", 3, 20)  # the cheap would hold 40 < 50: now the least recent automaton goes
+    assert automata.get("old automaton") is None and automata.get("third") == 3
+    assert [i for i in range(8) if masks.get(i) is not None] == [6, 7]
+    assert budget.used_bytes == automata.nbytes + masks.nbytes <= 100
+
+
+def test_an_entry_alone_in_its_kind_stays_when_it_is_the_one_just_put():
+    from constrain.cache import BoundedCache, CacheBudget
+
+    budget = CacheBudget(100)
+    automata, masks = BoundedCache(1000, budget=budget, costly=True), BoundedCache(1000, budget=budget)
+    automata.put("a", 1, 90)
+    masks.put("m", 2, 30)  # 120 > 100; the cheap hold less than half, and the only cheap entry is this one
+    assert masks.get("m") == 2 and automata.get("a") is None and budget.used_bytes == 30
+
+
 class _CountedKey:
     """A key equal to every other of its value, that counts how often it is compared."""
 

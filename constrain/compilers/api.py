@@ -44,7 +44,7 @@ PropertyOrder = Literal["declared", "any"]
 #: ``cache_bytes``.
 COMPILE_CACHE_ENTRIES = 64
 
-_COMPILED = BoundedCache(COMPILE_CACHE_BYTES)
+_COMPILED = BoundedCache(COMPILE_CACHE_BYTES, costly=True)
 _JSON_KINDS = ("json_schema", "pydantic")
 #: The kind of text each wrapper of :mod:`constrain.compilers.specs` holds.
 WRAPPER_KINDS: dict[type, str] = {Regex: "regex", Lark: "lark", GBNF: "gbnf"}

@@ -44,7 +44,7 @@ LITERAL_BYTE = 0xFF
 #: Bytes of vocabularies with token literals kept (:meth:`Vocabulary.with_token_literals`), least recently used
 #: dropped first (they count against the process's cache budget too).
 LITERAL_VOCABS_BYTES = 128 << 20
-_LITERAL_VOCABS = BoundedCache(LITERAL_VOCABS_BYTES)
+_LITERAL_VOCABS = BoundedCache(LITERAL_VOCABS_BYTES, costly=True)
 
 
 def token_literal(token_id: int) -> bytes:

@@ -490,7 +490,7 @@ def build_format_languages() -> None:
 
 
 #: String automata by (constraints, lengths), shared by every schema compiled in this process.
-_STRING_AUTOMATA = BoundedCache(AUTOMATON_CACHE_BYTES)
+_STRING_AUTOMATA = BoundedCache(AUTOMATON_CACHE_BYTES, costly=True)
 
 
 def _string_automaton(key: _StringKey, lo: int, hi: int | None) -> Automaton | _StringOutcome:
@@ -639,7 +639,7 @@ MIN_COSTLY_LENGTH = 64
 
 #: The counted walks :func:`_string_holds` made, by (constraints, lengths), each until the string is lowered and
 #: folds it (:func:`_build_string_automaton`).
-_WALKS = BoundedCache(AUTOMATON_CACHE_BYTES)
+_WALKS = BoundedCache(AUTOMATON_CACHE_BYTES, costly=True)
 
 
 def _costly_string(key: _StringKey, lo: int, hi: int | None) -> bool:

@@ -42,7 +42,7 @@ from constrain.vocab.vocabulary import Vocabulary
 
 ToolChoice = TypingLiteral["auto", "required", "none"] | Mapping[str, Any]
 _START = "tool_calls"
-_COMPILED = BoundedCache(COMPILE_CACHE_BYTES)
+_COMPILED = BoundedCache(COMPILE_CACHE_BYTES, costly=True)
 
 
 def compile_tools(
