@@ -6,8 +6,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from constrain.compilers.json_schema.document import _clean_pointer
-from constrain.compilers.json_schema.errors import _TIME_LIMIT
+from constrain.compilers.json_schema.document import _PLAIN_KEYWORDS, _clean_pointer, _plain_verdict
+from constrain.compilers.json_schema.errors import _TIME_LIMIT, _check_time
 from constrain.compilers.json_schema.formats import _FORMATS
 from constrain.compilers.json_schema.keywords import _VALIDATION, _Part
 from constrain.compilers.json_schema.layout import _child_depth
@@ -22,7 +22,7 @@ class _EnumRules:
     literals laid out like every other value.
 
     A mixin of :class:`~constrain.compilers.json_schema.compiler._Compiler`. It relies on the compiler's ``doc``,
-    ``node`` and ``whitespace``, and on its methods ``layout``, ``live_keys`` and ``unsatisfiable``."""
+    ``node`` and ``whitespace``, and on its methods ``layout``, ``live_keys``, ``known_here`` and ``unsatisfiable``."""
 
     def finite_values(self, parts: tuple[_Part, ...], depth: int | None) -> Expr | None:
         chosen = self.finite_candidates(parts)
@@ -40,7 +40,7 @@ class _EnumRules:
                 continue
             node = self.node(part.ptr)
             for kw in ("const", "enum"):
-                if kw in node and kw not in part.skip:
+                if kw in node and kw not in part.skip and self.known_here(kw):  # draft 4 has no const
                     values = [node[kw]] if kw == "const" else list(node[kw])
                     if source is None or len(values) < len(source[0]):
                         source = (values, part, kw)
@@ -50,9 +50,18 @@ class _EnumRules:
         at = f"{owner.ptr}/{kw}"
         if not values:
             raise self.unsatisfiable("the enum is empty", at, kw)
-        extra = [k for k in self.live_keys(owner) if k not in ("enum", "const") and k in _VALIDATION]
+        node = self.node(owner.ptr)
+        extra = [k for k in self.live_keys(owner) if k != kw and k in _VALIDATION]  # the other of enum/const too
         simple = len(parts) == 1 and set(extra) <= {"type"}
-        kinds = _kinds_of_type(self.node(owner.ptr)["type"]) if "type" in extra else _ALL_KINDS
+        kinds = _kinds_of_type(node["type"]) if "type" in extra else _ALL_KINDS
+        # One part whose other keywords _plain_verdict evaluates (a type, lengths, bounds): each value is checked
+        # against them alone, without the verdict cache's JSON text of every value.
+        plain = (
+            {k: node[k] for k in extra}
+            if len(parts) == 1 and not simple and "$ptr" not in node and _PLAIN_KEYWORDS.issuperset(extra)
+            else None
+        )
+        validators, draft4 = self.doc.cls.VALIDATORS, self.doc.draft4
         formats = [
             self.node(p.ptr)["format"]
             for p in parts
@@ -66,9 +75,16 @@ class _EnumRules:
             if simple:
                 if _kind_of(value) not in kinds:
                     continue
+                if draft4 and type(value) is float and "frac" not in kinds:
+                    value = int(value)  # draft 4's integer is not 2.0, but 2, equal to it, is valid
             else:
+                ok = None
+                if plain is not None:
+                    _check_time(owner.ptr)  # one enum against another: as many checks as the product of sizes
+                    ok = _plain_verdict(plain, value, validators, draft4)
                 try:
-                    ok = self.doc.is_valid(parts, value)
+                    if ok is None:
+                        ok = self.doc.is_valid(parts, value)
                 except _TIME_LIMIT:
                     raise
                 except Exception as exc:  # an unresolvable reference met by jsonschema, a bad regex...

@@ -6,13 +6,17 @@ every such schema (but draft 4's bounds, whose exclusive flags it leaves to json
 
 from __future__ import annotations
 
+import json
+
 import jsonschema
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from constrain.compilers.json_schema import schema_to_grammar
 from constrain.compilers.json_schema.document import _plain_verdict
+from constrain.compilers.json_schema.values import _dumps
+from constrain.errors import JsonSchemaError
 from constrain.grammar import build_pushdown
 from constrain.runtime.pushdown import Machine
 
@@ -116,3 +120,60 @@ def test_enum_values_filtered_by_negated_branches():
         configs = machine.read(machine.start, f'"{value}"'.encode())
         accepted = bool(configs) and machine.can_end(configs)
         assert accepted == jsonschema.Draft202012Validator(schema).is_valid(value), value
+
+
+@pytest.mark.parametrize("dialect", ["draft4", "2020-12"])
+@settings(max_examples=300, deadline=None)
+@given(schema=plain_schemas(depth=1), value=values)
+@example(schema={"type": "integer", "enum": [2.0, 1.5]}, value=None)  # draft 4's integer is 2, not 2.0
+@example(schema={"enum": [1, 2], "const": 3}, value=None)
+@example(schema={"type": "string", "maxLength": 1, "enum": ["a", "bc", 1]}, value=None)
+def test_an_enum_or_const_allows_exactly_its_valid_values(dialect, schema, value):
+    """A schema with an ``enum`` or a ``const`` (both, at times) beside plain keywords: the compiled grammar
+    accepts the text of a candidate value (one of them, or any value; written canonically and as Python writes
+    it, ``0.0`` for an integral float) exactly when jsonschema finds the value that text reads as valid, and a
+    schema none of whose values is valid is refused as unsatisfiable."""
+    if dialect == "draft4":
+        schema.pop("const", None)  # not a draft 4 keyword (see the test below)
+    if "enum" not in schema and "const" not in schema:
+        schema = {**schema, "enum": [value]}
+    schema = {"$schema": _DIALECT_URIS[dialect], **schema}
+    assume(not list(DIALECTS[dialect](DIALECTS[dialect].META_SCHEMA).iter_errors(schema)))  # draft 4's bounds
+    validator = DIALECTS[dialect](schema)
+    candidates = [*schema.get("enum", ()), *([schema["const"]] if "const" in schema else ()), value]
+    texts = {text for v in candidates for text in (_dumps(v), json.dumps(v, separators=(",", ":")))}
+    try:
+        grammar, _ = schema_to_grammar(schema)
+    except JsonSchemaError as exc:
+        assert "unsatisfiable" in str(exc), exc
+        assert not any(validator.is_valid(v) for v in candidates), schema
+        return
+    machine = Machine(build_pushdown(grammar))
+    for text in texts:
+        configs = machine.read(machine.start, text.encode())
+        if bool(configs) and machine.can_end(configs):
+            assert validator.is_valid(json.loads(text)), (schema, text)  # never an invalid value
+        elif text == _dumps(json.loads(text)):
+            assert not validator.is_valid(json.loads(text)), (schema, text)  # every valid value, written canonically
+
+
+def test_draft4_has_no_const():
+    """``const`` is not a draft 4 keyword: a draft 4 schema that uses it is refused in strict mode, as one that
+    uses any other draft's keyword is, rather than read as a constraint its validators would ignore."""
+    with pytest.raises(JsonSchemaError, match="'const' is not a keyword of Draft4"):
+        schema_to_grammar({"$schema": _DIALECT_URIS["draft4"], "type": "integer", "const": 3})
+
+
+_DIALECT_URIS = {
+    "draft4": "http://json-schema.org/draft-04/schema#",
+    "2020-12": "https://json-schema.org/draft/2020-12/schema",
+}
+
+
+def test_an_enum_beside_a_const_allows_only_the_values_of_both():
+    """``const`` is checked against the ``enum`` beside it, and the other way round: one value of both, or none."""
+    grammar, _ = schema_to_grammar({"enum": [1, 2, 3], "const": 3})
+    machine = Machine(build_pushdown(grammar))
+    assert [v for v in (1, 2, 3) if machine.can_end(machine.read(machine.start, str(v).encode()) or ())] == [3]
+    with pytest.raises(JsonSchemaError, match="unsatisfiable"):
+        schema_to_grammar({"enum": [1, 2], "const": 3})
