@@ -9,13 +9,13 @@ from collections import defaultdict
 from collections.abc import Callable
 from decimal import Decimal, localcontext
 
-from constrain.automata.limits import PIECE_CACHE_BYTES
+from constrain.automata.limits import AUTOMATON_CACHE_BYTES, PIECE_CACHE_BYTES
 from constrain.cache import memoized
 from constrain.compilers.json_schema.cdfa import _CDFA, MAX_AUTOMATON_STATES, _merge_edges
 from constrain.compilers.json_schema.errors import _TooLarge
 from constrain.compilers.json_schema.keywords import _Shape
 from constrain.compilers.json_schema.regex_ast import _class_text, _merge_ranges
-from constrain.compilers.json_schema.strings import _automaton_of
+from constrain.compilers.json_schema.strings import _automaton_of, _cdfa_bytes
 from constrain.compilers.json_schema.values import _ceil, _floor, _int_above, _int_below, _num_text
 from constrain.grammar.ir import Alt, Expr, Ref, Regex, Seq
 
@@ -246,6 +246,7 @@ def _decimal_range(
     return options[0] if len(options) == 1 else "(?:" + "|".join(options) + ")"
 
 
+@memoized(AUTOMATON_CACHE_BYTES, lambda d, m: _cdfa_bytes(d))  # the branches of one schema share moduli
 def _modulus_cdfa(m: Decimal) -> _CDFA:
     """Plain decimal literals (sign, digits, optional fraction) whose value is a multiple of ``m`` > 0: a
     remainder automaton over the digits of value * 10**k, where m = M / 10**k."""
