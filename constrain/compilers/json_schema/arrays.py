@@ -12,7 +12,7 @@ from constrain.compilers.json_schema.formats import _FORMATS
 from constrain.compilers.json_schema.keywords import _Part, _Shape
 from constrain.compilers.json_schema.layout import _child_depth, _Layout
 from constrain.compilers.json_schema.regex_ast import _ast_to_expr
-from constrain.compilers.json_schema.strings import _format_cdfa
+from constrain.compilers.json_schema.strings import _format_language
 from constrain.compilers.json_schema.values import _ALL_KINDS, _canonical_value, _json_key, _kinds_of_type, _to_decimal
 from constrain.errors import JsonSchemaError
 from constrain.grammar.ir import Alt, Expr, Ref, Repeat, Seq
@@ -169,7 +169,7 @@ class _ArrayRules:
         ]
         out = []
         for value in candidates:
-            if isinstance(value, str) and any(not _format_cdfa(f).accepts(value) for f in formats):
+            if isinstance(value, str) and any(not _format_language(f).accepts(value) for f in formats):
                 continue  # formats are asserted, as for an enum's values (see finite_candidates)
             try:
                 ok = self.doc.is_valid(norm, value)

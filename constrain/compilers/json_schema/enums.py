@@ -11,7 +11,7 @@ from constrain.compilers.json_schema.errors import _TIME_LIMIT, _check_time
 from constrain.compilers.json_schema.formats import _FORMATS
 from constrain.compilers.json_schema.keywords import _VALIDATION, _Part
 from constrain.compilers.json_schema.layout import _child_depth
-from constrain.compilers.json_schema.strings import _format_cdfa
+from constrain.compilers.json_schema.strings import _format_language
 from constrain.compilers.json_schema.values import _ALL_KINDS, _dumps, _json_key, _kind_of, _kinds_of_type
 from constrain.errors import JsonSchemaError
 from constrain.grammar.ir import Alt, Expr, Literal, Seq
@@ -93,7 +93,7 @@ class _EnumRules:
                     ) from None
                 if not ok:
                     continue
-                if isinstance(value, str) and any(not _format_cdfa(f).accepts(value) for f in formats):
+                if isinstance(value, str) and any(not _format_language(f).accepts(value) for f in formats):
                     continue  # formats are asserted here, also where jsonschema has no checker for them
             chosen[key] = value
         if not chosen:

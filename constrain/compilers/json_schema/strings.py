@@ -26,7 +26,7 @@ from constrain.compilers.json_schema.keywords import _Shape
 from constrain.compilers.json_schema.regex_ast import _FULL, _merge_ranges
 from constrain.compilers.json_schema.values import _CHAR, _STRING, _json_string
 from constrain.errors import AutomatonTooLarge, RegexError
-from constrain.grammar.ir import Alt, Automaton, Expr, Literal, Ref, Regex, Repeat, Seq
+from constrain.grammar.ir import Alt, Automaton, Expr, Literal, Ref, Repeat, Seq
 from constrain.grammar.rules import terminal_dfa
 
 #: States of one byte automaton handed to the grammar (a string's pattern with its bounds, keys, number forms).
@@ -40,10 +40,6 @@ LENGTH_BLOCK = 256
 
 def _quoted(body_regex: str) -> str:
     return f'"(?:{body_regex})"'
-
-
-def _format_cdfa(name: str) -> _CDFA:
-    return _CDFA.from_regex(_FORMATS[name]).minimized()
 
 
 def _cdfa_bytes(d: _CDFA | None) -> int:
@@ -477,16 +473,29 @@ def _meet(d: _CDFA | None, other: _CDFA) -> _CDFA:
     return other if d is None else d.intersect(other).minimized()
 
 
+# The formats' automata are kept for the life of the process, outside the memos bounded in bytes, whose least
+# recently used entries a long-running process evicts: they are a fixed set (1.4 MB for all of them over bytes,
+# half as much over code points), built by warmup, and each takes up to 30 ms to build again.
+
+
 @lru_cache(maxsize=64)  # by a name of _FORMATS: as many entries at most, whatever the schemas
 def _format_language(name: str) -> _CDFA:
+    """The texts of format ``name`` over code points: what a format beside a pattern, a length or a negation is
+    read through, and what enum values are checked against."""
     return _CDFA.from_regex(_FORMATS[name]).minimized()
 
 
+@lru_cache(maxsize=64)  # by a name of _FORMATS
+def _format_string(name: str) -> Automaton:
+    """The JSON strings (quotes included) of format ``name``: a string that says nothing else."""
+    return Automaton(terminal_dfa(_quoted(_FORMATS_ENCODED[name])))
+
+
 def build_format_languages() -> None:
-    """Build now the language of every supported ``format`` over code points, which a format beside a pattern,
-    a length or a negation is read through (0.3 to 20 milliseconds each the first time in a process)."""
+    """Build now every supported ``format``'s automata (0.3 to 30 milliseconds each the first time in a process)."""
     for name in _FORMATS:
         _format_language(name)
+        _format_string(name)
 
 
 #: String automata by (constraints, lengths), shared by every schema compiled in this process.
@@ -803,7 +812,7 @@ class _StringRules:
             len(sh.formats) == 1 and not sh.patterns and not sh.str_excluded and not sh.neg_patterns
             and not sh.neg_formats and sh.min_len == 0 and sh.max_len is None
         ):  # fmt: skip
-            return Regex(_quoted(_FORMATS_ENCODED[sh.formats[0][0]]))
+            return _format_string(sh.formats[0][0])
         at = (sh.patterns or sh.formats or sh.neg_patterns or sh.neg_formats or [("", "")])[0][1]
         keyword = "pattern" if sh.patterns or sh.neg_patterns else "format"
         key = self.string_key(sh)
