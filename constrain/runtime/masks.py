@@ -80,9 +80,7 @@ class MaskCache:
         check_cache_bytes(cache_bytes)
         self.vocab = vocab
         self.width = (vocab.size + 31) // 32
-        self._eos_words = np.zeros(self.width, dtype=np.uint32)
-        for t in vocab.eos_ids:
-            self._eos_words[t >> 5] |= np.uint32(1 << (int(t) & 31))
+        self._eos_words = vocab.eos_words
         self._cache = BoundedCache(cache_bytes)  # counts against the process's cache budget too
 
     def _walk(self, state: Hashable, words: np.ndarray) -> bool:

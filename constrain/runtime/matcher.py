@@ -149,7 +149,7 @@ class CompiledStructure:
         check_cache_bytes(cache_bytes)
         self.vocab = vocab
         self.source = source
-        self.eos_ids = frozenset(int(t) for t in vocab.eos_ids)
+        self.eos_ids = vocab.eos_set
         self.transitions = TransitionCache(cache_bytes // TRANSITION_CACHE_SHARE)
         self._readable = vocab.readable  # per token id: 1 when its bytes are read
         self._size = vocab.size

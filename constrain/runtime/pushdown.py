@@ -189,8 +189,9 @@ class Machine:
             )  # fmt: skip
         if unresolved:
             waiting = self._waiting
-            for edge in (np.flatnonzero(self.call_start[edges_used:end] < 0) + edges_used).tolist():
-                waiting.setdefault(-1 - int(self.call_start[edge]), []).append(edge)
+            for edge, start in enumerate(self.call_start[edges_used:end].tolist(), edges_used):
+                if start < 0:
+                    waiting.setdefault(-1 - start, []).append(edge)
         self.num_states = total
         listener = self.on_grow() if self.on_grow is not None else None
         if listener is not None:  # told before the new states are published (it may make views of new arrays)

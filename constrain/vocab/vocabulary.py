@@ -71,7 +71,8 @@ class Vocabulary:
     - ``data`` (uint8) / ``offsets`` (int64, ``size + 1``): token ``i``'s bytes are ``data[offsets[i]:offsets[i+1]]``;
       non-matchable tokens have ``b""``;
     - ``matchable`` (bool, ``size``): False for special/control tokens, EOS, holes and empty tokens;
-    - ``eos_ids`` (int32, sorted unique): the end-of-sequence ids (Gemma 3: 1 and 106);
+    - ``eos_ids`` (int32, sorted unique): the end-of-sequence ids (Gemma 3: 1 and 106); ``eos_set``, the same as a
+      frozenset of ints, and ``eos_words``, as the uint32 words of a token bitmask;
     - ``fingerprint``: hex sha256 over data, offsets, matchable and eos_ids, identifying the vocabulary;
     - ``trie``: the :class:`TokenTrie` of the matchable tokens;
     - ``kind``: ``"byte_level"``, ``"sentencepiece"``, ``"tiktoken"`` or ``"synthetic"``;
@@ -91,6 +92,8 @@ class Vocabulary:
         "kind",
         "special_names",
         "readable",
+        "eos_set",
+        "eos_words",
         "_blob",
     )
 
@@ -127,8 +130,14 @@ class Vocabulary:
         #: Per token id: 1 when its bytes are read (matchable, not an end of sequence). A bytes object, cheaper to
         #: index than the array; made once here rather than by every structure compiled over the vocabulary.
         self.readable = readable.tobytes()
+        #: The end-of-sequence ids as a frozenset of ints, and as the words of a token bitmask (uint32, read-only):
+        #: what every structure compiled over the vocabulary looks tokens up in and adds to a mask that may end.
+        self.eos_set = frozenset(self.eos_ids.tolist())
+        eos_words = np.zeros((self.size + 31) // 32, dtype=np.uint32)
+        np.bitwise_or.at(eos_words, self.eos_ids >> 5, np.left_shift(1, self.eos_ids & 31).astype(np.uint32))
+        self.eos_words = eos_words
         self.fingerprint = fingerprint or _fingerprint(self.data, self.offsets, self.matchable, self.eos_ids)
-        for arr in (self.data, self.offsets, self.matchable, self.eos_ids, *_trie_arrays(trie)):
+        for arr in (self.data, self.offsets, self.matchable, self.eos_ids, self.eos_words, *_trie_arrays(trie)):
             arr.flags.writeable = False
 
     # ------------------------------------------------------------------------------------------ accessors

@@ -20,7 +20,9 @@ def test_from_token_bytes():
     v = Vocabulary.from_token_bytes(tokens, eos_ids=[5, 12], special_ids=[9])
     assert v.size == 13 and v.kind == "synthetic"
     assert v.matchable.tolist() == [True, True, False, False, True, False, True, True, True, False, False, False, False]
-    assert v.eos_ids.tolist() == [5, 12]
+    assert v.eos_ids.tolist() == [5, 12] and v.eos_set == {5, 12}
+    bits = np.unpackbits(v.eos_words.view(np.uint8), bitorder="little")  # token t is bit t & 31 of word t >> 5
+    assert np.flatnonzero(bits).tolist() == [5, 12] and not v.eos_words.flags.writeable
     assert v.token_bytes(1) == b"ab" and v.token_bytes(8) == b"\xff\x00"
     assert v.token_bytes(5) == b"" and v.special_names[5] == "<eos>" and v.special_names[9] == "<s>"
     assert v.decode([0, 5, 1, 2, 8, 12]) == b"aab\xff\x00"

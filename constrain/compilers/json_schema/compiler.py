@@ -125,7 +125,7 @@ class _Compiler(
         self._certified: dict[str, bool] = {}
         self._productive: dict[str, bool] = {}
         self._children: dict[str, tuple[str, ...]] = {}
-        self._certifiable: frozenset[str] | None = None
+        self._certifiable: tuple[frozenset[str], frozenset[str]] | None = None
 
     # -- policy ----------------------------------------------------------------------------------------------
 

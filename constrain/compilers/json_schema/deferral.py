@@ -82,7 +82,8 @@ class _Deferral:
     :class:`~constrain.compilers.json_schema.compiler._Compiler` (its ``doc``, ``node``, ``known_here``,
     ``pairwise_disjoint`` and ``pattern_key``). Verdicts are kept per pointer: ``_certified`` (lowering it
     succeeds, whatever it reaches) and ``_productive`` (some finite value satisfies it); ``_certifiable`` is
-    :data:`CERTIFIED_KEYWORDS` less those the schema's draft does not know."""
+    :data:`CERTIFIED_KEYWORDS` less those the schema's draft does not know, with the validation keywords outside
+    them."""
 
     def deferrable(self, ptr: str) -> bool:
         """Whether the subschema at ``ptr`` is worth lowering later and may be: either certified, productive and
@@ -122,20 +123,19 @@ class _Deferral:
     def _validation_keywords(self, ptr: str, node: Mapping) -> list[str] | None:
         """The validation keywords of the subschema ``node`` at ``ptr``, or None when one of them is outside the
         certified set (a ``$schema`` below the root too); anything else is an annotation, known or not."""
-        certifiable = self._certifiable_keywords()
-        validation: list[str] = []
-        for kw in node:
-            if kw in certifiable:
-                validation.append(kw)
-            elif kw in _VALIDATION or kw in _DRAFT3_ONLY or (kw == "$schema" and ptr):
-                return None
-        return validation
+        certifiable, uncertifiable = self._certifiable_keywords()
+        if not uncertifiable.isdisjoint(node) or ("$schema" in node and ptr):
+            return None
+        return [kw for kw in node if kw in certifiable]
 
-    def _certifiable_keywords(self) -> frozenset[str]:
-        certifiable = self._certifiable
-        if certifiable is None:
-            certifiable = self._certifiable = frozenset(kw for kw in CERTIFIED_KEYWORDS if self.known_here(kw))
-        return certifiable
+    def _certifiable_keywords(self) -> tuple[frozenset[str], frozenset[str]]:
+        """:data:`CERTIFIED_KEYWORDS` less those the schema's draft does not know, and the validation keywords
+        outside them."""
+        found = self._certifiable
+        if found is None:
+            certifiable = frozenset(kw for kw in CERTIFIED_KEYWORDS if self.known_here(kw))
+            found = self._certifiable = (certifiable, (_VALIDATION | _DRAFT3_ONLY) - certifiable)
+        return found
 
     def _reaches(self, ptr: str, count: int) -> bool:
         """Whether the certified subschema at ``ptr`` reaches ``count`` subschemas (itself included)."""
