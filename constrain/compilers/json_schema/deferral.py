@@ -31,7 +31,7 @@ from constrain.compilers.json_schema.document import _escape_token
 from constrain.compilers.json_schema.errors import _TIME_LIMIT, _NotNegatable, _TooLarge
 from constrain.compilers.json_schema.formats import _FORMATS, _UNSUPPORTED_FORMATS
 from constrain.compilers.json_schema.keywords import _DRAFT3_ONLY, _VALIDATION, _Part
-from constrain.compilers.json_schema.rules import _sccs
+from constrain.compilers.json_schema.rules import _cyclic_part, _sccs
 from constrain.compilers.json_schema.strings import _costly_string, _searched, _string_holds, _StringKey
 from constrain.compilers.json_schema.values import _is_utf8, _to_decimal
 from constrain.errors import JsonSchemaError
@@ -72,6 +72,7 @@ _STRING_KEYWORDS = frozenset({"minLength", "maxLength", "pattern", "format"})
 _COSTLY_STRING_KEYWORDS = _STRING_KEYWORDS | {"type"}
 _NUMBER_KEYWORDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
 _TYPE_NAMES = frozenset({"null", "boolean", "integer", "number", "string", "array", "object"})
+_ONE_TYPE = {name: frozenset({name}) for name in _TYPE_NAMES}
 
 # A subschema's productivity: True, a pointer (productive when that subschema is), or ("any" | "all", terms).
 _Formula = Any
@@ -282,10 +283,14 @@ class _Deferral:
                     return None
                 return ("any", ptrs), ptrs, ()
         types = node.get("type", _TYPE_NAMES)
-        types = {types} if isinstance(types, str) else types
-        if not isinstance(types, (set, frozenset, list)) or not types or not set(types) <= _TYPE_NAMES:
-            return None
-        types = set(types)
+        if type(types) is str:
+            types = _ONE_TYPE.get(types)
+            if types is None:
+                return None
+        elif types is not _TYPE_NAMES:
+            if type(types) is not list or not types or not _TYPE_NAMES.issuperset(types):
+                return None
+            types = frozenset(types)
         if "enum" in node or "const" in node:
             return (True, (), ()) if self._some_value(node, validation, types) else None
         if not _STRING_KEYWORDS.isdisjoint(validation) and not self._strings_hold(node):
@@ -419,9 +424,9 @@ class _Deferral:
         extra = node.get("additionalProperties", True)
         if not isinstance(props, dict) or len(props) > MAX_CERTIFIED_PROPERTIES or not isinstance(required, list):
             return None
-        for name in (*props, *required):
-            if not isinstance(name, str) or len(name) > MAX_CERTIFIED_NAME or not _is_utf8(name):
-                return None
+        names = (*props, *required)
+        if names and not _plain_names(names):
+            return None
         members = {name: f"{ptr}/properties/{_escape_token(name)}" for name in props}
         below.extend(members.values())
         nodes = self.doc.nodes
@@ -489,6 +494,15 @@ class _Deferral:
         return True
 
 
+def _plain_names(names: tuple) -> bool:
+    """Whether ``names`` are strings of at most :data:`MAX_CERTIFIED_NAME` characters that UTF-8 can write (no lone
+    surrogate): checked all at once, for the objects of a schema's certificate are many."""
+    for name in names:
+        if type(name) is not str:
+            return False
+    return max(map(len, names)) <= MAX_CERTIFIED_NAME and _is_utf8("".join(names))
+
+
 def _lengths(node: Mapping) -> tuple[int, int | None] | None:
     """A subschema's ``minLength`` and ``maxLength`` (0 and None when absent), or None when they are not integers
     from 0 to :data:`MAX_CERTIFIED_LENGTH` in order."""
@@ -544,9 +558,13 @@ def _callers(
 
 
 def _on_cycles(graph: Mapping[str, list[str]]) -> set[str]:
-    """The nodes of ``graph`` that lie on a cycle (a self-loop included); a node that is no key has no edge out."""
+    """The nodes of ``graph`` that lie on a cycle (a self-loop included); a node that is no key has no edge out.
+    Components are looked for only among the nodes that reach a cycle: most graphs have none."""
     out: set[str] = set()
-    for component in _sccs(graph):
+    cyclic = _cyclic_part({node: set(targets) for node, targets in graph.items()})
+    if not cyclic:
+        return out
+    for component in _sccs(cyclic):
         if len(component) > 1 or any(node in graph.get(node, ()) for node in component):
             out.update(component)
     return out

@@ -20,7 +20,12 @@ import pytest
 from constrain.compilers.json_schema import compile_json_schema, deferral, schema_to_grammar, strings
 from constrain.compilers.json_schema import compiler as compiler_module
 from constrain.compilers.json_schema.compiler import _Compiler
-from constrain.compilers.json_schema.deferral import MAX_DEFERRING_NODES, MIN_DEFERRED_SUBSCHEMAS, MIN_DEFERRING_NODES
+from constrain.compilers.json_schema.deferral import (
+    MAX_DEFERRING_NODES,
+    MIN_DEFERRED_SUBSCHEMAS,
+    MIN_DEFERRING_NODES,
+    _on_cycles,
+)
 from constrain.compilers.json_schema.keywords import _Part
 from constrain.compilers.json_schema.rules import _finalize
 from constrain.errors import JsonSchemaError, StructureError
@@ -575,3 +580,11 @@ def test_the_json_strings_of_a_text_automaton_stay_within_the_certificate_s_boun
             assert strings._json_string_dfa(text).num_states <= bound, pattern
             checked += 1
     assert checked > 900
+
+
+def test_on_cycles_finds_the_nodes_on_cycles_only():
+    """A self-loop and a two-node cycle are found; a node that only leads into a cycle, or is led to from one,
+    is not; a graph without a cycle gives none."""
+    graph = {"a": ["a"], "b": ["c"], "c": ["b", "d"], "d": [], "e": ["b", "x"], "f": ["e"]}
+    assert _on_cycles(graph) == {"a", "b", "c"}
+    assert _on_cycles({"a": ["b"], "b": ["c", "d"], "c": ["d"]}) == set()
