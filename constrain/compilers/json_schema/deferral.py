@@ -109,6 +109,8 @@ class _Deferral:
         which a subtree put off with it would only repay when a matcher reaches it."""
         if type(node) is not dict or node.get("type") != "string" or "$ptr" in node:
             return False
+        if "maxLength" not in node and "minLength" not in node:
+            return False  # no count, no counted automaton (most strings)
         validation = self._validation_keywords(ptr, node)
         if validation is None or not _COSTLY_STRING_KEYWORDS.issuperset(validation):
             return False
