@@ -227,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         if profiler:
             record["profile"] = profiler
         records.append(record)
+        del structure, pushdown  # freed here, not inside the next schema's TTFM (as MaskBench's worker frees it)
     done = [r for r in records if r["ttfm"] is not None]
     print(f"{len(done)} of {len(records)} schemas compiled")
     report(done, "all")
