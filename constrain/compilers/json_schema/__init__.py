@@ -67,7 +67,7 @@ own ``^``/``$``; the regex subset of :mod:`constrain.automata.regex`: ``\d \w \s
 but ``\n``, lookahead ``(?=...)``/``(?!...)`` anywhere, built exactly within
 :data:`~constrain.automata.regex.MAX_LOOKAROUND_STATES`; together with a length bound, one byte automaton that
 counts characters beside the pattern's, only the counts that can still end in range
-(:func:`~constrain.compilers.json_schema.strings._counted_dfa`), or when that is too large, blocks of a fixed
+(:func:`~constrain.compilers.json_schema.counted._counted_dfa`), or when that is too large, blocks of a fixed
 number of characters, one rule per pattern state and block count; a pattern every string satisfies leaves only
 the length bound);
 ``minimum``/``maximum``/``exclusiveMinimum``/``exclusiveMaximum`` (digit by digit on both sides of the point;

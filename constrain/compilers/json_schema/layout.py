@@ -9,7 +9,7 @@ from functools import lru_cache
 from types import MappingProxyType
 from typing import NamedTuple
 
-from constrain.compilers.json_schema.strings import _counted_chars
+from constrain.compilers.json_schema.counted import _counted_chars
 from constrain.compilers.json_schema.values import _INTEGER, _NONINT, _NUMBER, _STRING
 from constrain.grammar.ir import Alt, Expr, Literal, Ref, Regex, Repeat, Seq
 

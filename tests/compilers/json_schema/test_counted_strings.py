@@ -1,4 +1,4 @@
-"""The analysis behind strings with a pattern and a length bound (``strings._counted_dfa``): the pair walk and the
+"""The analysis behind strings with a pattern and a length bound (``counted._counted_dfa``): the pair walk and the
 fewest / most characters left to read, against brute force, and the language against Python's ``re``."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from constrain.compilers.json_schema.cdfa import _CDFA
-from constrain.compilers.json_schema.strings import _TRACKER, _counted_dfa, _pair_walk, _remaining_chars
+from constrain.compilers.json_schema.counted import _TRACKER, _counted_dfa, _pair_walk, _remaining_chars
 
 
 def _reference(trans: np.ndarray, starts: np.ndarray, final: np.ndarray) -> tuple[list[int], list[int]]:

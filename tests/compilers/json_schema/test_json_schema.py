@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 from constrain.compilers.json_schema import compile_json_schema, schema_to_grammar
 from constrain.compilers.json_schema.cdfa import _CDFA
+from constrain.compilers.json_schema.counted import _counted_chars
 from constrain.compilers.json_schema.numbers import _decimal_range, _int_range
-from constrain.compilers.json_schema.strings import _counted_chars
 from constrain.compilers.json_schema.values import _CHAR, _canonical_value
 from constrain.errors import JsonSchemaError, StructureError
 from constrain.grammar.ir import Automaton, Literal, Regex, Repeat, Seq, calls_of
