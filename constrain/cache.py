@@ -249,8 +249,8 @@ class CacheBudget:
     """Bytes that many :class:`BoundedCache` objects share: when their sum passes ``max_bytes``, entries go, least
     recently used first, whichever cache holds them. Each cache's own bound still holds.
 
-    Entries come in two kinds. A *costly* cache's (automata, rule DFAs, compiled structures: milliseconds each to
-    build again) go only after the cheap ones (masks and walks, microseconds each), as long as the cheap ones hold
+    Entries come in two kinds. A *costly* cache's (automata, compiled structures: milliseconds each to build
+    again) go only after the cheap ones (masks, walks and rule DFAs: microseconds each), as long as the cheap ones hold
     at least half the budget: a server that reads many texts keeps the automata its next compiles will need,
     rather than trading them for walks it can redo at once, and neither kind is starved of half the budget.
 

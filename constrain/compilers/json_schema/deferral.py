@@ -563,7 +563,7 @@ def _on_cycles(graph: Mapping[str, list[str]]) -> set[str]:
     """The nodes of ``graph`` that lie on a cycle (a self-loop included); a node that is no key has no edge out.
     Components are looked for only among the nodes that reach a cycle: most graphs have none."""
     out: set[str] = set()
-    cyclic = _cyclic_part({node: set(targets) for node, targets in graph.items()})
+    cyclic = _cyclic_part(graph)  # a node's targets are distinct: one reference, or the pointers of branches
     if not cyclic:
         return out
     for component in _sccs(cyclic):

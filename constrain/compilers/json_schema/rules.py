@@ -229,10 +229,10 @@ class _Outside:
         return name != self.start and (name in self.known or name in self.deferred)
 
 
-def _cyclic_part(graph: Mapping[str, set[str]]) -> dict[str, set[str]]:
+def _cyclic_part(graph: Mapping[str, Collection[str]]) -> dict[str, Collection[str]]:
     """``graph`` without the nodes that reach no cycle (a node reaching none is on none): almost every grammar
     has no alias cycle, and this is cheaper than finding the components. A target that is not a key of ``graph``
-    has no edge out."""
+    has no edge out; each node's targets are distinct."""
     out_degree = {name: len(targets) for name, targets in graph.items()}
     sources: dict[str, list[str]] = defaultdict(list)
     sinks: set[str] = set()
