@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import operator
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence, Set
 from typing import Any
 
@@ -182,17 +183,17 @@ class _Compiler(
             node = self.node(parts[0].ptr)
             if type(node) is dict and node.keys().isdisjoint(_EXPANDED):
                 return (parts[0],) if self.live_keys(parts[0]) else ()
-        out: list[_Part] = []
+        out: dict[_Part, None] = {}  # in order
         seen: set[_Part] = set()
         parent: dict[_Part, _Part] = {}  # the part a reference or allOf expanded each one from
-        work = list(parts)
+        work = deque(parts)
         while work:
-            part = work.pop(0)
+            part = work.popleft()
             if part in seen:
                 continue
             seen.add(part)
             if part.neg is not None:
-                out.append(part)
+                out[part] = None
                 continue
             node = self.node(part.ptr)
             if node is True:
@@ -202,7 +203,7 @@ class _Compiler(
             if not isinstance(node, Mapping):
                 raise JsonSchemaError("a schema must be an object or a boolean", _clean_pointer(part.ptr))
             if "$ptr" in node:
-                work.insert(0, _Part(node["$ptr"]))
+                work.appendleft(_Part(node["$ptr"]))
                 continue
             skip = set(part.skip)
             added: list[_Part] = []
@@ -221,7 +222,7 @@ class _Compiler(
                     skip.add(kw)
                     added.append(_Part(target))
             if skip is None:
-                work[0:0] = added
+                work.extendleft(reversed(added))
                 continue
             if "allOf" in node and "allOf" not in skip:
                 skip.add("allOf")
@@ -230,10 +231,8 @@ class _Compiler(
                 parent.setdefault(child, part)
             part = _Part(part.ptr, frozenset(skip), part.neg)
             work.extend(added)
-            if not self.live_keys(part):
-                continue
-            if part not in out:
-                out.append(part)
+            if self.live_keys(part):
+                out[part] = None
         return tuple(out)
 
     @staticmethod

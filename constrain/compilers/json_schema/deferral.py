@@ -21,7 +21,6 @@ in it.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -33,7 +32,7 @@ from constrain.compilers.json_schema.formats import _FORMATS, _UNSUPPORTED_FORMA
 from constrain.compilers.json_schema.keywords import _DRAFT3_ONLY, _VALIDATION, _Part
 from constrain.compilers.json_schema.rules import _cyclic_part, _sccs
 from constrain.compilers.json_schema.strings import _costly_string, _searched, _string_holds, _StringKey
-from constrain.compilers.json_schema.values import _is_utf8, _to_decimal
+from constrain.compilers.json_schema.values import _compact_text, _is_utf8, _to_decimal
 from constrain.errors import JsonSchemaError
 
 #: The validation keywords a certified subschema may use.
@@ -345,7 +344,7 @@ class _Deferral:
             return False
         try:
             for value in values:
-                json.dumps(value, ensure_ascii=False).encode("utf-8")
+                _compact_text(value).encode("utf-8")
         except (TypeError, ValueError, UnicodeEncodeError):
             return False
         for value in values:

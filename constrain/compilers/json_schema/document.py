@@ -4,7 +4,6 @@ and validation of values against parts of it (the oracle for enum/const candidat
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -14,6 +13,7 @@ from urllib.parse import quote, unquote, urljoin
 
 from constrain.compilers.json_schema.errors import _check_time
 from constrain.compilers.json_schema.keywords import _Part
+from constrain.compilers.json_schema.values import _sorted_text
 from constrain.compilers.metaschema import certainly_valid
 from constrain.errors import JsonSchemaError
 
@@ -281,7 +281,7 @@ class _Document:
         return _from_nearest(self.nodes, ptr, child)
 
     def add_synthetic(self, origin: str, node: Mapping) -> str:
-        key = (origin, json.dumps(node, sort_keys=True))
+        key = (origin, _sorted_text(node))
         ptr = self._synthetic_at.get(key)
         if ptr is None:
             ptr = self._synthetic_at[key] = f"{origin}/~s{len(self.synthetic)}"
@@ -449,7 +449,7 @@ class _Document:
         wherever it appears: each trial conjunction of an exclusive ``oneOf`` checks the same enum values against
         the same negated branches again), and per schema text for parts without references (see
         :meth:`standalone`)."""
-        instance = json.dumps(value, sort_keys=True)
+        instance = _sorted_text(value)
         for part in parts:
             standalone = self.standalone(part)
             key = (part.ptr, part.neg, instance) if standalone is None else (standalone[1], instance)
@@ -482,7 +482,7 @@ class _Document:
             schema = self._inline(self.node(part.ptr))
         else:
             schema = self.node(part.ptr)
-        found = None if _refers(schema) else (schema, json.dumps(schema, sort_keys=True))
+        found = None if _refers(schema) else (schema, _sorted_text(schema))
         self._standalone[key] = found
         return found
 

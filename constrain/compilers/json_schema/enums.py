@@ -12,7 +12,7 @@ from constrain.compilers.json_schema.formats import _FORMATS
 from constrain.compilers.json_schema.keywords import _VALIDATION, _Part
 from constrain.compilers.json_schema.layout import _child_depth
 from constrain.compilers.json_schema.strings import _format_language
-from constrain.compilers.json_schema.values import _ALL_KINDS, _dumps, _json_key, _kind_of, _kinds_of_type
+from constrain.compilers.json_schema.values import _ALL_KINDS, _dumps, _json_key, _json_string, _kind_of, _kinds_of_type
 from constrain.errors import JsonSchemaError
 from constrain.grammar.ir import Alt, Expr, Literal, Seq
 
@@ -122,10 +122,7 @@ class _EnumRules:
         lay = self.layout(depth)
         child = _child_depth(depth)
         if isinstance(value, Mapping):
-            items = [
-                Seq((Literal(json.dumps(k, ensure_ascii=False)), lay.colon, self.value_literal(v, child)))
-                for k, v in value.items()
-            ]
+            items = [Seq((Literal(_json_string(k)), lay.colon, self.value_literal(v, child))) for k, v in value.items()]
             open_, close = lay.obj_open, lay.obj_close
         else:
             items = [self.value_literal(v, child) for v in value]

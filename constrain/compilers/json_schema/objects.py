@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple
 
@@ -675,10 +674,11 @@ class _ObjectRules:
         it needs too large an automaton (tens of thousands of long names). A rule that calls no other rule,
         so its automaton returns only after the closing quote and its string states share their masks with every
         other string (see :class:`~constrain.runtime.lexical.LexicalMasks`)."""
-        rule = "json_key_except:" + json.dumps(sorted(names), ensure_ascii=False)
+        distinct = tuple(sorted(set(names)))
+        rule = "json_key_except:" + ",".join(map(_json_string, distinct))  # unambiguous: each name is quoted
         if rule not in self.rules:
             try:
-                self.rules[rule] = Automaton(_key_except_dfa(tuple(sorted(set(names)))))
+                self.rules[rule] = Automaton(_key_except_dfa(distinct))
             except AutomatonTooLarge:
                 self.refuse(
                     ptr, "additionalProperties", "the keys other than the declared names need too large an automaton",

@@ -23,6 +23,12 @@ _NONINT = r"-?(?:0|[1-9][0-9]*)\.[0-9]*[1-9][0-9]*"
 #: ``json.dumps(s, ensure_ascii=False)`` for a str ``s``: the function it ends in, without the encoder's Python
 #: layers (keys and enum strings are written tens of times per schema).
 _json_string = json.encoder.encode_basestring
+# ``json.dumps`` with any option but the defaults builds an encoder per call: these are made once.
+_compact_text = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_indented_text = json.JSONEncoder(indent=2, ensure_ascii=False).encode
+#: A text equal for equal JSON values with their keys in any order (values compared as Python compares them): the
+#: key of the compiler's caches of verdicts and synthetic nodes.
+_sorted_text = json.JSONEncoder(sort_keys=True, ensure_ascii=False).encode
 
 
 def _is_utf8(text: str) -> bool:
@@ -40,8 +46,8 @@ def _dumps(value: Any, indent_depth: int | None = None) -> str:
         return _json_string(value)
     value = _canonical_value(value)
     if indent_depth is None:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    text = json.dumps(value, indent=2, ensure_ascii=False)
+        return _compact_text(value)
+    text = _indented_text(value)
     return text.replace("\n", "\n" + "  " * indent_depth)
 
 
@@ -64,7 +70,7 @@ def _json_key(value: Any) -> str:
     """A key equal for JSON-equal values (numbers by value, object keys unordered, true != 1)."""
     if isinstance(value, str):
         return _json_string(value)
-    return json.dumps(_json_normal(value), sort_keys=True, ensure_ascii=False)
+    return _sorted_text(_json_normal(value))
 
 
 def _json_normal(v: Any) -> Any:
