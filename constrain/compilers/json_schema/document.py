@@ -321,11 +321,15 @@ class _Document:
 
     def resolve(self, ptr: str, ref: str, keyword: str = "$ref") -> str:
         """The pointer of the schema ``ref`` (found at ``ptr``) refers to."""
-        where = f"{ptr}/{keyword}"
         if not isinstance(ref, str):
-            raise JsonSchemaError("a reference must be a string", where, keyword)
+            raise JsonSchemaError("a reference must be a string", f"{ptr}/{keyword}", keyword)
         # the base URI in force: the root's wherever no object below it names a resource
         base = self.base_at(ptr) if self.names_resources and not self.is_synthetic(ptr) else self.base
+        # A reference means the same wherever the same base URI is in force: it is resolved once per pair.
+        scope = (base, ref)
+        known = self._resolved.get(scope)
+        if known is not None:
+            return known
         if (ref == "#" or ref.startswith("#/")) and base == self.base:
             # Most references: a JSON pointer into the root resource, read directly (referencing's lookup costs
             # tens of microseconds, and its registry a crawl of the document); anything unusual is left to it.
@@ -333,14 +337,11 @@ class _Document:
             if _VALUE_KEYWORDS.isdisjoint(target.split("/")):
                 try:
                     if isinstance(self.node(target), (Mapping, bool)):
+                        self._resolved[scope] = target
                         return target
                 except (KeyError, IndexError, ValueError, TypeError):
                     pass
-        # A reference means the same wherever the same base URI is in force: the lookup is made once per pair.
-        scope = (base, ref)
-        known = self._resolved.get(scope)
-        if known is not None:
-            return known
+        where = f"{ptr}/{keyword}"
         try:
             resolved = self.resolver_at(ptr).lookup(ref)
         except self.unresolvable as exc:
