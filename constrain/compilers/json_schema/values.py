@@ -26,8 +26,8 @@ _json_string = json.encoder.encode_basestring
 # ``json.dumps`` with any option but the defaults builds an encoder per call: these are made once.
 _compact_text = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _indented_text = json.JSONEncoder(indent=2, ensure_ascii=False).encode
-#: A text equal for equal JSON values with their keys in any order (values compared as Python compares them): the
-#: key of the compiler's caches of verdicts and synthetic nodes.
+#: JSON text with each object's keys sorted, the same whatever order the keys came in (``1`` and ``1.0`` still
+#: differ): the key of the compiler's caches of verdicts and synthetic nodes.
 _sorted_text = json.JSONEncoder(sort_keys=True, ensure_ascii=False).encode
 
 
