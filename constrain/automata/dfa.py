@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import accumulate
 
 import numpy as np
 from numba import njit
@@ -48,7 +49,7 @@ class ByteDFA:
     @cached_property
     def num_calls(self) -> int:
         """Its call edges."""
-        return int(np.count_nonzero(self.calls >= 0))
+        return int(np.count_nonzero(self.calls >= 0)) if self.calls.shape[1] else 0
 
     def with_callees(self, callees: tuple[int, ...]) -> ByteDFA:
         """This DFA with its call columns naming ``callees``: the same arrays, and its count of call edges once
@@ -130,6 +131,9 @@ class ByteDFA:
             raise AutomatonTooLarge(f"the automaton needs more than {MAX_DFA_STATES:,} DFA states")
         out = ByteDFA(trans, accepting)
         object.__setattr__(out, "_words_removed_from", self)
+        # every state is reached from the start (numbered breadth first from it), so acceptance is reachable
+        # exactly when some state accepts: known now for the grammar checks, which ask it of every such rule
+        out._call_free_acceptance[True] = bool(accepting.any())
         return out
 
     @property
@@ -472,8 +476,7 @@ def _trie_complement(data, offsets, trans, accepting, max_states):
 def _packed(words: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
     """``words`` as the kernels read them: their bytes end to end, and where each begins (one more offset, the
     end)."""
-    offsets = np.zeros(len(words) + 1, dtype=np.int64)
-    np.cumsum([len(w) for w in words], out=offsets[1:])
+    offsets = np.fromiter(accumulate(map(len, words), initial=0), dtype=np.int64, count=len(words) + 1)
     return np.frombuffer(b"".join(words), dtype=np.uint8), offsets
 
 

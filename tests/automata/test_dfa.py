@@ -214,6 +214,20 @@ def test_the_dfa_of_too_many_words_is_refused_before_its_table_is_made(monkeypat
         words_dfa([b"abcdefgh", b"abcdefghi"])
 
 
+@given(st.lists(st.text("ab", max_size=4), min_size=1, max_size=8, unique=True), st.data())
+@settings(max_examples=200, deadline=None)
+def test_removing_words_knows_whether_anything_is_left(bodies, data):
+    """What ``without_words`` records of its result's acceptance (the grammar checks ask it of every keys-except
+    rule) is what a search of its table finds, removing some of a finite language's words or all of them."""
+    from constrain.automata.dfa import _reaches_acceptance, words_dfa
+
+    language = [body.encode() + b"$" for body in bodies]  # prefix-free: an accepting state reads nothing
+    removed = data.draw(st.lists(st.sampled_from(language), unique=True))
+    left = words_dfa(language).without_words(removed)
+    searched = bool(_reaches_acceptance(left.trans, left.calls, left.accepting, np.zeros(0, dtype=bool), True))
+    assert left.reaches_acceptance(np.zeros(0, dtype=bool)) == searched == (len(removed) < len(language))
+
+
 def test_removing_words_needs_a_prefix_free_language_holding_them():
     with pytest.raises(ValueError, match="not in the language"):
         regex_to_dfa('"[a-z]*"').reduced().without_words([b'"A"'])
