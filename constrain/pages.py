@@ -1,4 +1,5 @@
-"""Large arrays mapped a page at a time, without numpy's request for transparent huge pages.
+"""Large arrays mapped a page at a time, without numpy's request for transparent huge pages, and their pages kept
+for the next array once no array uses them.
 
 numpy asks the kernel to back each allocation of 4 MiB or more with transparent huge pages
 (``madvise(MADV_HUGEPAGE)``). Where the kernel's THP ``defrag`` setting is ``madvise`` (a common default), the
@@ -6,26 +7,78 @@ first write to each 2 MiB page then compacts memory synchronously whenever no fr
 pushdown's transition table grows while a mask appends a large rule (a counted pattern of thousands of states),
 and copying 26 MB into its new 100 MB table took 0.2 to 0.4 s that way, against 10 ms in ordinary pages.
 
-:func:`empty` maps such arrays directly: anonymous memory, zero pages until written, given back to the system when
-the array is freed. Smaller arrays come from numpy's allocator as usual.
+:func:`empty` maps such arrays directly: anonymous memory, zero pages until written. The first write to each
+4 KiB page of a fresh mapping is a page fault, which costs 2 to 3 µs on a virtual machine; a mask that appends a
+rule of a few dozen states writes tens of pages of a machine's table, and those faults were most of its time. So a
+mapping no array uses any longer is kept (up to :data:`KEPT_BYTES` in all) and handed to the next array that
+fits in it, its pages already written; a kept mapping is given back to the system once that bound would be
+passed. Smaller arrays come from numpy's allocator as usual.
 """
 
 from __future__ import annotations
 
 import math
 import mmap
+import sys
+import threading
 
 import numpy as np
 
-#: Arrays of at least this many bytes are mapped here: numpy asks for huge pages from 4 MiB on.
-MAPPED_BYTES = 4 << 20
+#: Arrays of at least this many bytes are mapped here: a lazily built pushdown's first table (1 MiB) and every
+#: larger one.
+MAPPED_BYTES = 1 << 20
+#: Bytes of mappings kept for reuse once no array uses them (their resident part is what was written, at most
+#: this). A mapping larger than this is given back as soon as it is free.
+KEPT_BYTES = 64 << 20
+#: A kept mapping is handed to an array that needs at least this share of it, so a small table does not hold a
+#: large mapping.
+_FIT = 4
+
+_lock = threading.Lock()
+#: Every mapping handed out or kept, by identity; one whose only references are this list's and the caller's
+#: is free (an array made on it holds it as its base, directly or through the arrays viewing it).
+_mappings: list[mmap.mmap] = []
 
 
 def empty(shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
-    """A writable array of ``shape`` and ``dtype`` whose content is unspecified (zeros, when it is mapped)."""
+    """A writable array of ``shape`` and ``dtype`` whose content is unspecified: zeros in a fresh mapping,
+    whatever the last array wrote in a reused one."""
     dtype = np.dtype(dtype)
     count = math.prod(shape)
     nbytes = count * dtype.itemsize
     if nbytes < MAPPED_BYTES:
         return np.empty(shape, dtype=dtype)
-    return np.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype, count=count).reshape(shape)
+    return np.frombuffer(_mapping(nbytes), dtype=dtype, count=count).reshape(shape)
+
+
+def _mapping(nbytes: int) -> mmap.mmap:
+    """A free kept mapping of at least ``nbytes`` (the smallest that fits), or a new one; free mappings past
+    :data:`KEPT_BYTES` are closed, the largest first."""
+    with _lock:
+        free = [m for m in _mappings if sys.getrefcount(m) <= _FREE_REFS]
+        fits = [m for m in free if nbytes <= len(m) <= _FIT * nbytes]
+        chosen = min(fits, key=len) if fits else None
+        kept = 0
+        for m in sorted(free, key=len):
+            if m is chosen:
+                continue
+            if kept + len(m) <= KEPT_BYTES:
+                kept += len(m)
+            else:
+                _mappings.remove(m)
+                m.close()
+        if chosen is None:
+            chosen = mmap.mmap(-1, nbytes)
+            _mappings.append(chosen)
+        return chosen
+
+
+def kept_bytes() -> int:
+    """Bytes of the mappings kept for reuse that no array uses now."""
+    with _lock:
+        return sum(len(m) for m in _mappings if sys.getrefcount(m) <= _FREE_REFS)
+
+
+#: ``sys.getrefcount`` of a free mapping, read while iterating over :data:`_mappings`: the list's reference, the
+#: loop variable's and the call's argument.
+_FREE_REFS = 3
