@@ -29,7 +29,7 @@ import numpy as np
 MAPPED_BYTES = 1 << 20
 #: Bytes of mappings kept for reuse once no array uses them (their resident part is what was written, at most
 #: this). A mapping larger than this is given back as soon as it is free.
-KEPT_BYTES = 64 << 20
+KEPT_BYTES = 32 << 20
 #: A kept mapping is handed to an array that needs at least this share of it, so a small table does not hold a
 #: large mapping.
 _FIT = 4
