@@ -28,7 +28,7 @@ import numpy as np
 #: larger one.
 MAPPED_BYTES = 1 << 20
 #: Bytes of mappings kept for reuse once no array uses them (their resident part is what was written, at most
-#: this). A mapping larger than this is given back as soon as it is free.
+#: this); the free ones past it are given back when the next array is made.
 KEPT_BYTES = 32 << 20
 #: A kept mapping is handed to an array that needs at least this share of it, so a small table does not hold a
 #: large mapping.
@@ -53,7 +53,10 @@ def empty(shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
 
 def _mapping(nbytes: int) -> mmap.mmap:
     """A free kept mapping of at least ``nbytes`` (the smallest that fits), or a new one; free mappings past
-    :data:`KEPT_BYTES` are closed, the largest first."""
+    :data:`KEPT_BYTES` are closed, the largest first. A mapping larger than that bound is not kept at all: it is
+    given back with the last array on it, as a hostile schema's table of hundreds of MiB must be."""
+    if nbytes > KEPT_BYTES:
+        return mmap.mmap(-1, nbytes)
     with _lock:
         free = [m for m in _mappings if sys.getrefcount(m) <= _FREE_REFS]
         fits = [m for m in free if nbytes <= len(m) <= _FIT * nbytes]

@@ -61,14 +61,14 @@ def test_a_mapping_is_reused_once_no_array_uses_it_and_never_while_one_does(monk
 
 def test_free_mappings_past_the_bound_are_given_back(monkeypatch):
     monkeypatch.setattr(pages, "_mappings", [])
-    monkeypatch.setattr(pages, "KEPT_BYTES", 2 * pages.MAPPED_BYTES)
+    monkeypatch.setattr(pages, "KEPT_BYTES", 3 * pages.MAPPED_BYTES)
     arrays = [pages.empty((pages.MAPPED_BYTES // 1024, 256), np.int32) for _ in range(4)]
     mappings = [_mapping_id(a) for a in arrays]
     del arrays
     pages.empty((16, 256), np.int32)  # a small array looks at no mapping
     assert pages.kept_bytes() == 4 * pages.MAPPED_BYTES
-    large = pages.empty((4 * pages.MAPPED_BYTES // 1024, 256), np.int32)  # fits none kept: two are given back
-    assert _kept_ids() == [*mappings[:2], _mapping_id(large)] and pages.kept_bytes() == 2 * pages.MAPPED_BYTES
+    large = pages.empty((2 * pages.MAPPED_BYTES // 1024, 256), np.int32)  # fits none kept: one is given back
+    assert _kept_ids() == [*mappings[:3], _mapping_id(large)] and pages.kept_bytes() == 3 * pages.MAPPED_BYTES
 
 
 def test_a_pushdown_that_grows_past_the_threshold_keeps_its_states_in_mapped_tables():
@@ -95,3 +95,10 @@ def test_a_pushdown_that_grows_past_the_threshold_keeps_its_states_in_mapped_tab
         matcher.advance(token)
     assert matcher.is_accepting()
     assert _mapped(structure.machine.trans) and structure.machine.num_states > 10_000
+
+
+def test_a_mapping_larger_than_the_bound_is_not_kept(monkeypatch):
+    monkeypatch.setattr(pages, "_mappings", [])
+    monkeypatch.setattr(pages, "KEPT_BYTES", 2 * pages.MAPPED_BYTES)
+    huge = pages.empty((3 * pages.MAPPED_BYTES // 1024, 256), np.int32)
+    assert _mapped(huge) and pages._mappings == []
