@@ -35,9 +35,12 @@ KEPT_BYTES = 32 << 20
 _FIT = 4
 
 _lock = threading.Lock()
-#: Every mapping handed out or kept, by identity; one whose only references are this list's and the caller's
-#: is free (an array made on it holds it as its base, directly or through the arrays viewing it).
+#: Every mapping handed out or kept. An array made on one holds it (through its base, or the base of the array it
+#: views), so one that nothing else references is free.
 _mappings: list[mmap.mmap] = []
+#: ``sys.getrefcount`` of a free mapping read while iterating over :data:`_mappings`: the list's reference, the
+#: loop variable's and the call's argument.
+_FREE_REFS = 3
 
 
 def empty(shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
@@ -81,7 +84,3 @@ def kept_bytes() -> int:
     with _lock:
         return sum(len(m) for m in _mappings if sys.getrefcount(m) <= _FREE_REFS)
 
-
-#: ``sys.getrefcount`` of a free mapping, read while iterating over :data:`_mappings`: the list's reference, the
-#: loop variable's and the call's argument.
-_FREE_REFS = 3
