@@ -83,4 +83,3 @@ def kept_bytes() -> int:
     """Bytes of the mappings kept for reuse that no array uses now."""
     with _lock:
         return sum(len(m) for m in _mappings if sys.getrefcount(m) <= _FREE_REFS)
-
