@@ -35,7 +35,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 
 
-def worker(sample: int, seed: int, flush_mb: int) -> None:
+def worker(sample: int, seed: int, flush_mb: int, names: Path | None) -> None:
     """Answer schema indices from stdin with the TTFM in seconds (null when refused), one JSON line each."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import maskbench as mb
@@ -57,7 +57,11 @@ def worker(sample: int, seed: int, flush_mb: int) -> None:
         compile_kernels()
     else:
         warmup(vocab)
-    entries = mb.load_entries(mb.DEFAULT_DATA, sample=sample, seed=seed)
+    if names is None:
+        entries = mb.load_entries(mb.DEFAULT_DATA, sample=sample, seed=seed)
+    else:
+        wanted = set(names.read_text().split())
+        entries = [e for e in mb.load_entries(mb.DEFAULT_DATA) if e["name"] in wanted]
     try:  # as the MaskBench worker does: start-up's objects out of every later full collection
         from constrain.collector import freeze
     except ImportError:  # a build without it
@@ -111,6 +115,7 @@ def start(root: Path, args: argparse.Namespace) -> subprocess.Popen:
         str(args.seed),
         "--flush-mb",
         str(args.flush_mb),
+        *(["--names", str(args.names.resolve())] if args.names else []),
     ]
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=root)
     ready = json.loads(proc.stdout.readline())["ready"]
@@ -124,15 +129,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--base", type=Path, help="a checkout of the build to compare against (e.g. a git worktree)")
     p.add_argument("--sample", type=int, default=300, help="schemas drawn from MaskBench's dev set (default 300)")
     p.add_argument("--seed", type=int, default=1, help="seed of the sample (default 1)")
+    p.add_argument("--names", type=Path, help="a file of MaskBench schema names, one per line: these, not a sample")
     p.add_argument("--flush-mb", type=int, default=64, help="MiB touched before each schema (default 64)")
     p.add_argument("--json-out", type=Path, help="write each schema's TTFM and mask times (s) under both builds here")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
-        worker(args.sample, args.seed, args.flush_mb)
+        worker(args.sample, args.seed, args.flush_mb, args.names)
         return 0
     if args.base is None:
         p.error("--base is required")
+    if args.names is not None:
+        import maskbench as mb
+
+        wanted = set(args.names.read_text().split())
+        args.sample = sum(e["name"] in wanted for e in mb.load_entries(mb.DEFAULT_DATA))
     base, new = start(args.base, args), start(REPO, args)
     times: dict[str, list] = {"base": [], "new": []}
     names: list[str] = []

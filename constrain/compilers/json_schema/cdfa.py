@@ -93,6 +93,11 @@ class _CDFA:
             np.ascontiguousarray(flat[:, 2]), np.array(accept, dtype=np.bool_),
         )  # fmt: skip
 
+    def frozen(self) -> _CDFA:
+        """The same automaton holding only its flat arrays, which each operation then reads as they are: for one
+        kept and combined many times (a cached one), instead of reading its lists into arrays at every use."""
+        return self if self._flat is not None else _CDFA._of_flat(self.flat())
+
     @property
     def n(self) -> int:
         return len(self._accept) if self._accept is not None else int(self._flat[4].shape[0])

@@ -102,6 +102,8 @@ class _Compiler(
         #: mode only: in lenient mode normalising again notes again what a probe's notes were reset without.
         self._live: dict[_Part, list[str]] = {}
         self._done: dict[tuple[tuple[_Part, ...], int | None], Ref] | None = {} if strict else None
+        #: What normalise returned per conjunction as given (strict mode only, for the same reason).
+        self._normal: dict[tuple[_Part, ...], tuple[_Part, ...]] | None = {} if strict else None
         #: Whether values whose subschema is certified are lowered later (:mod:`~constrain.compilers.json_schema.
         #: deferral`): strict mode only, where a relaxation cannot wait to be noted, and not with
         #: property_order="any", whose per-schema budget would go to the objects whose texts are read first.
@@ -183,6 +185,12 @@ class _Compiler(
             node = self.node(parts[0].ptr)
             if type(node) is dict and node.keys().isdisjoint(_EXPANDED):
                 return (parts[0],) if self.live_keys(parts[0]) else ()
+        given = tuple(parts)
+        normal = self._normal
+        if normal is not None:
+            hit = normal.get(given)
+            if hit is not None:
+                return hit
         out: dict[_Part, None] = {}  # in order
         seen: set[_Part] = set()
         parent: dict[_Part, _Part] = {}  # the part a reference or allOf expanded each one from
@@ -196,6 +204,10 @@ class _Compiler(
                 out[part] = None
                 continue
             node = self.node(part.ptr)
+            if type(node) is dict and node.keys().isdisjoint(_EXPANDED):  # most parts: kept as they are
+                if self.live_keys(part):
+                    out[part] = None
+                continue
             if node is True:
                 continue
             if node is False:
@@ -233,7 +245,10 @@ class _Compiler(
             work.extend(added)
             if self.live_keys(part):
                 out[part] = None
-        return tuple(out)
+        result = tuple(out)
+        if normal is not None:
+            normal[given] = result
+        return result
 
     @staticmethod
     def refuse_ref_cycle(target: _Part, part: _Part, parent: Mapping[_Part, _Part], kw: str) -> None:

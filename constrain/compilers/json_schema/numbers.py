@@ -301,7 +301,7 @@ def _modulus_cdfa(m: Decimal) -> _CDFA:
                     out.append((48, 48, s))
         edges[s] = _merge_edges(out)
     n = len(ids)
-    return _CDFA([edges[i] for i in range(n)], [accept[i] for i in range(n)])
+    return _CDFA([edges[i] for i in range(n)], [accept[i] for i in range(n)]).frozen()  # kept, combined often
 
 
 class _NumberRules:
