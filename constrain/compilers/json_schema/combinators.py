@@ -460,7 +460,17 @@ class _Combinators:
 
     def summary(self, part: _Part) -> dict:
         """What is cheaply known of a branch: its kinds, finite values, required / forbidden / declared properties
-        (with finite values), whether it is a closed object, and which kinds its keywords constrain."""
+        (with finite values), whether it is a closed object, and which kinds its keywords constrain (shared by
+        every call for ``part``: read it, never change it)."""
+        known = self._summaries
+        if known is None:
+            return self._summarise(part)
+        found = known.get(part)
+        if found is None:
+            found = known[part] = self._summarise(part)
+        return found
+
+    def _summarise(self, part: _Part) -> dict:
         kinds = set(_ALL_KINDS)
         values: dict[str, Any] | None = None
         required: set[str] = set()

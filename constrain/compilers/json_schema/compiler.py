@@ -102,8 +102,10 @@ class _Compiler(
         #: mode only: in lenient mode normalising again notes again what a probe's notes were reset without.
         self._live: dict[_Part, list[str]] = {}
         self._done: dict[tuple[tuple[_Part, ...], int | None], Ref] | None = {} if strict else None
-        #: What normalise returned per conjunction as given (strict mode only, for the same reason).
+        #: What normalise returned per conjunction as given, and summary per branch (strict mode only, for the
+        #: same reason; a branch is summarised by each test of a oneOf's exclusivity, the certificate's among them).
         self._normal: dict[tuple[_Part, ...], tuple[_Part, ...]] | None = {} if strict else None
+        self._summaries: dict[_Part, dict] | None = {} if strict else None
         #: Whether values whose subschema is certified are lowered later (:mod:`~constrain.compilers.json_schema.
         #: deferral`): strict mode only, where a relaxation cannot wait to be noted, and not with
         #: property_order="any", whose per-schema budget would go to the objects whose texts are read first.
