@@ -106,6 +106,8 @@ class _Compiler(
         #: same reason; a branch is summarised by each test of a oneOf's exclusivity, the certificate's among them).
         self._normal: dict[tuple[_Part, ...], tuple[_Part, ...]] | None = {} if strict else None
         self._summaries: dict[_Part, dict] | None = {} if strict else None
+        #: The pointer each reference (pointer, keyword) names, once resolved (strict mode only, likewise).
+        self._targets: dict[tuple[str, str], str] | None = {} if strict else None
         #: Whether values whose subschema is certified are lowered later (:mod:`~constrain.compilers.json_schema.
         #: deferral`): strict mode only, where a relaxation cannot wait to be noted, and not with
         #: property_order="any", whose per-schema budget would go to the objects whose texts are read first.
@@ -269,6 +271,15 @@ class _Compiler(
             node = parent.get(node)
 
     def resolve_ref(self, ptr: str, kw: str, ref: Any) -> str:
+        known = self._targets
+        if known is not None:
+            target = known.get((ptr, kw))
+            if target is None:
+                target = known[(ptr, kw)] = self._resolve_ref(ptr, kw, ref)
+            return target
+        return self._resolve_ref(ptr, kw, ref)
+
+    def _resolve_ref(self, ptr: str, kw: str, ref: Any) -> str:
         target = self.doc.resolve(ptr, ref, kw)
         if kw == "$dynamicRef":
             node = self.node(target)
