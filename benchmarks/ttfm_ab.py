@@ -15,7 +15,9 @@ kernels into its own cache, so run it twice and read the second.
 Prints both builds' TTFM p50 / p90 / p99 over the schemas both compiled, and the per-schema ratio (this checkout
 over ``--base``): quartiles, and the ratio of sums in bands of the base's TTFM; then both builds' TBM p50 / p95 /
 p99 (``fill_bitmask`` per token of the valid instances, in the schema's declared key order where that differs).
-``--json-out`` writes each schema's TTFM and mask times under both builds, to find the schemas behind a percentile.
+``--json-out`` writes each schema's TTFM and mask times under both builds, to find the schemas behind a percentile;
+``--names`` takes a file of schema names (one per line) and runs those, in the dev set's order, instead of a
+sample: a band of the TTFM distribution, measured on its own.
 The worker imports only names that both the present layout and the one before ``constrain.compile`` have, so a
 build from before the redesign can be the base.
 """
