@@ -62,8 +62,11 @@ def worker(sample: int, seed: int, flush_mb: int, names: Path | None) -> None:
     if names is None:
         entries = mb.load_entries(mb.DEFAULT_DATA, sample=sample, seed=seed)
     else:
-        wanted = set(names.read_text().split())
-        entries = [e for e in mb.load_entries(mb.DEFAULT_DATA) if e["name"] in wanted]
+        wanted = names.read_text().split()
+        entries = mb.load_entries(mb.DEFAULT_DATA, names=wanted)
+        missing = sorted(set(wanted) - {entry["name"] for entry in entries})
+        if missing:
+            raise SystemExit(f"{names}: not in the dev set: {', '.join(missing)}")
     try:  # as the MaskBench worker does: start-up's objects out of every later full collection
         from constrain.collector import freeze
     except ImportError:  # a build without it
@@ -98,14 +101,15 @@ def worker(sample: int, seed: int, flush_mb: int, names: Path | None) -> None:
     measure({"schema": mb.WARM_UP_SCHEMA, "tests": []})
     import constrain
 
-    print(json.dumps({"ready": constrain.__file__}), flush=True)
+    print(json.dumps({"ready": constrain.__file__, "schemas": len(entries)}), flush=True)
     for line in sys.stdin:
         ballast += 1.0
         entry = entries[int(line)]
         print(json.dumps({"name": entry["name"], **measure(entry)}), flush=True)
 
 
-def start(root: Path, args: argparse.Namespace) -> subprocess.Popen:
+def start(root: Path, args: argparse.Namespace) -> tuple[subprocess.Popen, int]:
+    """A worker for the build at ``root``, and how many schemas it will answer."""
     env = {**os.environ, "PYTHONPATH": str(root), "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     cmd = [
         sys.executable,
@@ -120,10 +124,14 @@ def start(root: Path, args: argparse.Namespace) -> subprocess.Popen:
         *(["--names", str(args.names.resolve())] if args.names else []),
     ]
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=root)
-    ready = json.loads(proc.stdout.readline())["ready"]
+    line = proc.stdout.readline()
+    if not line:  # the worker stopped and said why on stderr
+        raise SystemExit(f"the worker for {root} stopped before it was ready")
+    hello = json.loads(line)
+    ready = hello["ready"]
     if not Path(ready).resolve().is_relative_to(root.resolve()):
         raise SystemExit(f"the worker for {root} imported constrain from {ready}")
-    return proc
+    return proc, hello["schemas"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,18 +149,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.base is None:
         p.error("--base is required")
-    if args.names is not None:
-        import maskbench as mb
-
-        wanted = set(args.names.read_text().split())
-        args.sample = sum(e["name"] in wanted for e in mb.load_entries(mb.DEFAULT_DATA))
-    base, new = start(args.base, args), start(REPO, args)
+    (base, count), (new, _) = start(args.base, args), start(REPO, args)
     times: dict[str, list] = {"base": [], "new": []}
     names: list[str] = []
     masks: dict[str, list] = {"base": [], "new": []}
     tbm: dict[str, list] = {"base": [], "new": []}  # each schema's masks
     try:
-        for i in range(args.sample):
+        for i in range(count):
             order = (("base", base), ("new", new)) if i % 2 == 0 else (("new", new), ("base", base))
             for name, proc in order:
                 proc.stdin.write(f"{i}\n")
@@ -193,13 +196,14 @@ def main(argv: list[str] | None = None) -> int:
     bands = []
     for lo, hi in ((0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 0.9), (0.9, 1.0)):
         idx = order[int(lo * len(a)) : int(hi * len(a))]
-        bands.append(f"{lo:.2f}-{hi:.2f} {b[idx].sum() / a[idx].sum():.3f}")
+        if len(idx):  # a short list of names leaves some bands empty
+            bands.append(f"{lo:.2f}-{hi:.2f} {b[idx].sum() / a[idx].sum():.3f}")
     print("ratio of sums by band of the base's TTFM: " + "; ".join(bands))
     q = (50, 95, 99)
     for name in ("base", "new"):
         us = 1e6 * np.array(masks[name])
         label = "base" if name == "base" else "this checkout"
-        figures = " / ".join(f"{np.percentile(us, x):.1f}" for x in q)
+        figures = " / ".join(f"{np.percentile(us, x):.1f}" for x in q) if len(us) else "none"  # no valid instance
         print(f"TBM p50 / p95 / p99 (us), {label}, {len(us)} masks: {figures}")
     return 0
 
