@@ -285,17 +285,18 @@ class CacheBudget:
         with self._lock:
             number = self._next
             self._next += 1
-            self._caches[number] = weakref.ref(cache)
+            # the reference's callback, rather than a weakref.finalize (several times its cost), tells of the
+            # cache's end; the reference lives in _caches until that end is settled
+            self._caches[number] = weakref.ref(cache, lambda _, number=number: self._forget(number))
             self._costly[number] = int(costly)
             self._held[number] = 0
             self._keys[number] = set()
-        weakref.finalize(cache, self._forget, number)
         return number
 
     def _forget(self, number: int) -> None:
-        """A member cache was collected: noted now, settled at the next call that takes the lock. A finalizer runs
-        wherever the collector does, possibly inside :meth:`added` on this thread, whose lock it would wait on
-        forever."""
+        """A member cache was collected: noted now, settled at the next call that takes the lock. The callback
+        runs wherever the cache is freed, possibly inside :meth:`added` on this thread, whose lock it would wait
+        on forever."""
         self._forgotten.append(number)
 
     def _settle_forgotten(self) -> None:

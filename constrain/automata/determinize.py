@@ -19,8 +19,8 @@ def _determinize_in_one_slice(
 ):
     """The whole of :meth:`ByteNFA.determinize` in one kernel call when the subset construction finishes within
     one slice of work, as it does for almost every rule (each kernel call costs microseconds of dispatch, which
-    for a small rule is most of its cost): ``(status, finished, trans, accepting, calls, used)``, the arrays
-    empty when it did not finish."""
+    for a small rule is most of its cost): ``(status, finished, trans, accepting, calls, used, call edges)``,
+    the arrays empty when it did not finish."""
     nfa = _index_nfa(byte_flat, eps_flat, call_flat, begin, end, n, accept)
     work = _new_work(16, nfa[11], nfa[12])
     work, done, count, status = _subset_construction(
@@ -29,9 +29,9 @@ def _determinize_in_one_slice(
     )  # fmt: skip
     if status or done != count:
         empty = np.empty((0, 0), dtype=np.int32)
-        return status, False, empty, np.empty(0, dtype=np.bool_), empty, np.empty(0, dtype=np.int64)
-    trans, accepting, calls, used = _reduced_subsets(work[3], work[4], work[5], count, nfa[10], nfa[13])
-    return status, True, trans, accepting, calls, used
+        return status, False, empty, np.empty(0, dtype=np.bool_), empty, np.empty(0, dtype=np.int64), 0
+    trans, accepting, calls, used, num_calls = _reduced_subsets(work[3], work[4], work[5], count, nfa[10], nfa[13])
+    return status, True, trans, accepting, calls, used, num_calls
 
 
 _NO_PAIRS = np.zeros((0, 2), dtype=np.int32)
@@ -104,7 +104,8 @@ def _new_work(capacity, num_classes, num_rules):
 def _reduced_subsets(trans, calls, accepting, count, byte_class, rule_ids):
     """The minimal DFA (:func:`_reduce`) of the first ``count`` subsets, their transitions by byte class written
     out over the 256 bytes, with only the call columns some subset uses: ``(byte table, accepting, table of
-    those call columns, the rules of those columns)``; call column ``r`` calls rule ``rule_ids[r]``."""
+    those call columns, the rules of those columns, its call edges)``; call column ``r`` calls rule
+    ``rule_ids[r]``."""
     num_rules = calls.shape[1]
     used = np.zeros(num_rules, dtype=np.bool_)
     for s in range(count):
@@ -141,12 +142,15 @@ def _reduced_subsets(trans, calls, accepting, count, byte_class, rule_ids):
     first_byte[num_classes] = 256
     for b in range(255, -1, -1):
         first_byte[byte_class[b]] = b
+    num_calls = 0
     for s in range(table.shape[0]):
         for c in range(num_classes):
             out_trans[s, first_byte[c] : first_byte[c + 1]] = table[s, c]
         for c in range(columns.shape[0]):
             out_calls[s, c] = table[s, num_classes + c]
-    return out_trans, out_accepting, out_calls, rule_ids[columns]
+            if out_calls[s, c] >= 0:
+                num_calls += 1
+    return out_trans, out_accepting, out_calls, rule_ids[columns], num_calls
 
 
 #: Work (states visited) the kernel does between two looks at the time limit: a few milliseconds.

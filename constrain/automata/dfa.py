@@ -121,10 +121,10 @@ class ByteDFA:
         The language must be prefix-free (an accepting state reads nothing, as for a quoted JSON string) and each
         word in it: ValueError otherwise. :class:`~constrain.errors.AutomatonTooLarge` when the result would have
         more than :data:`~constrain.automata.limits.MAX_DFA_STATES` states (found before its table is made)."""
-        if self.calls.shape[1] or (self.trans[self.accepting] >= 0).any():
+        if not self._prefix_free:
             raise StructureError("without_words needs a call-free DFA whose accepting states read nothing")
         data, offsets = _packed(words)
-        trans, accepting, status = _trie_complement(data, offsets, self.trans, self.accepting, MAX_DFA_STATES)
+        trans, accepting, status, accepts = _trie_complement(data, offsets, self.trans, self.accepting, MAX_DFA_STATES)
         if status == 1:
             raise StructureError("a word to remove is not in the language")
         if status == 2:
@@ -133,8 +133,14 @@ class ByteDFA:
         object.__setattr__(out, "_words_removed_from", self)
         # every state is reached from the start (numbered breadth first from it), so acceptance is reachable
         # exactly when some state accepts: known now for the grammar checks, which ask it of every such rule
-        out._call_free_acceptance[True] = bool(accepting.any())
+        out._call_free_acceptance[True] = accepts
         return out
+
+    @cached_property
+    def _prefix_free(self) -> bool:
+        """Whether it is call-free and its accepting states read nothing (what :meth:`without_words` needs): asked
+        once per DFA, since the same string automaton has names removed for every object's keys."""
+        return not self.calls.shape[1] and not bool((self.trans[self.accepting] >= 0).any())
 
     @property
     def words_removed_from(self) -> ByteDFA | None:
@@ -341,8 +347,9 @@ def _paired_states(trans, base_trans):
 
 @njit(cache=True)
 def _trie_complement(data, offsets, trans, accepting, max_states):
-    """``(table, accepting, status)`` for :meth:`ByteDFA.without_words`: the words (``data[offsets[i]:offsets[i+1]]``)
-    form a trie that runs beside the DFA, and a byte the trie does not read continues in the DFA.
+    """``(table, accepting, status, whether some state accepts)`` for :meth:`ByteDFA.without_words`: the words
+    (``data[offsets[i]:offsets[i+1]]``) form a trie that runs beside the DFA, and a byte the trie does not read
+    continues in the DFA.
 
     The result is minimal as built once equal subtries are merged: two trie nodes are equivalent exactly when
     the DFA is in the same state there and their children read the same bytes into equivalent nodes; a trie node
@@ -368,7 +375,7 @@ def _trie_complement(data, offsets, trans, accepting, max_states):
             if child < 0:
                 t = trans[state_of[node], b]
                 if t < 0:
-                    return np.empty((0, 256), dtype=np.int32), np.empty(0, dtype=np.bool_), 1
+                    return np.empty((0, 256), dtype=np.int32), np.empty(0, dtype=np.bool_), 1, False
                 child = count
                 count += 1
                 byte_of[child] = b
@@ -377,7 +384,7 @@ def _trie_complement(data, offsets, trans, accepting, max_states):
                 first_child[node] = child
             node = child
         if not accepting[state_of[node]]:
-            return np.empty((0, 256), dtype=np.int32), np.empty(0, dtype=np.bool_), 1
+            return np.empty((0, 256), dtype=np.int32), np.empty(0, dtype=np.bool_), 1, False
     # Classes of trie nodes, leaves (dead) -1.
     class_of = np.full(count, -1, dtype=np.int32)
     rep = np.empty(count, dtype=np.int32)
@@ -434,12 +441,13 @@ def _trie_complement(data, offsets, trans, accepting, max_states):
     # Breadth first from the root's class over classes (ids 0..num_classes-1) and DFA states (num_classes + q).
     total = num_classes + num_dfa
     if total > max_states:
-        return np.empty((0, 256), dtype=np.int32), np.empty(0, dtype=np.bool_), 2
+        return np.empty((0, 256), dtype=np.int32), np.empty(0, dtype=np.bool_), 2, False
     number = np.full(total, -1, dtype=np.int32)
     queue = np.empty(total, dtype=np.int32)
     out = np.full((total, 256), -1, dtype=np.int32)
     out_accepting = np.zeros(total, dtype=np.bool_)
     row = np.empty(256, dtype=np.int32)
+    accepts = False
     number[class_of[0]] = 0
     queue[0] = class_of[0]
     head, tail = 0, 1
@@ -458,6 +466,7 @@ def _trie_complement(data, offsets, trans, accepting, max_states):
         else:
             q = s - num_classes
             out_accepting[head] = accepting[q]
+            accepts = accepts or accepting[q]
             for b in range(256):
                 t = trans[q, b]
                 row[b] = num_classes + t if t >= 0 else -1
@@ -470,7 +479,7 @@ def _trie_complement(data, offsets, trans, accepting, max_states):
                     tail += 1
                 out[head, b] = number[t]
         head += 1
-    return out[:tail].copy(), out_accepting[:tail].copy(), 0
+    return out[:tail].copy(), out_accepting[:tail].copy(), 0, accepts
 
 
 def _packed(words: list[bytes]) -> tuple[np.ndarray, np.ndarray]:

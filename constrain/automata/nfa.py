@@ -198,7 +198,7 @@ def determinize_arrays(
         begin = np.ascontiguousarray(markers[markers[:, 1] == BEGIN][:, [0, 2]])
         end = np.ascontiguousarray(markers[markers[:, 1] == END][:, [0, 2]])
     check_deadline()
-    status, finished, trans, accepting, calls, used = _determinize_in_one_slice(
+    status, finished, trans, accepting, calls, used, num_calls = _determinize_in_one_slice(
         byte_flat, eps_flat, call_flat, begin, end, n, start, accept, work_per_slice, MAX_DFA_STATES,
         MAX_SUBSET_MEMBERS, MAX_TABLE_CELLS,
     )  # fmt: skip
@@ -216,7 +216,9 @@ def determinize_arrays(
             if done == count:
                 break
         if not status:
-            trans, accepting, calls, used = _reduced_subsets(work[3], work[4], work[5], count, byte_class, rule_ids)
+            trans, accepting, calls, used, num_calls = _reduced_subsets(
+                work[3], work[4], work[5], count, byte_class, rule_ids
+            )
     if status == 1:
         raise AutomatonTooLarge(f"the automaton needs more than {MAX_DFA_STATES:,} DFA states")
     if status == 2:
@@ -229,7 +231,9 @@ def determinize_arrays(
             f"the automaton's transition table needs more than {MAX_TABLE_CELLS:,} cells (DFA states x (byte "
             "classes + rules called))"
         )
-    return ByteDFA(trans, accepting, calls, tuple(used.tolist()))
+    dfa = ByteDFA(trans, accepting, calls, tuple(used.tolist()))
+    dfa.__dict__["num_calls"] = num_calls  # counted by the kernel: a rule's first use would count it again
+    return dfa
 
 
 def compile_kernels() -> None:
