@@ -101,7 +101,7 @@ class Machine:
     def _allocate(self, states: int, edges: int) -> None:
         """Arrays for ``states`` states and ``edges`` call edges, holding what the current ones hold."""
         used, edges_used = self.num_states, (int(self.call_ptr[self.num_states]) if self.num_states else 0)
-        trans = pages.empty((states, 256), np.int32)  # mapped past 4 MiB: see constrain.pages
+        trans = pages.empty((states, 256), np.int32)  # mapped from 1 MiB on: see constrain.pages
         accepting = np.zeros(states, dtype=bool)
         plain = np.zeros(states, dtype=bool)
         state_rule = np.zeros(states, dtype=np.int32)
