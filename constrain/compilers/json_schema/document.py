@@ -125,6 +125,25 @@ def _from_nearest(known: dict[str, Any], ptr: str, step: Callable[[Any, str], An
     return value
 
 
+#: Per validator class and whether draft-07's ``dependencies`` and ``additionalItems`` are added: the keywords the
+#: document's validators know.
+_KNOWN_KEYWORDS: dict[tuple[type, bool], frozenset[str]] = {}
+#: referencing's specification per jsonschema validator class name, and per specification name: filled by the
+#: first document (referencing is imported when a schema is first compiled, not with constrain).
+_DIALECTS: dict[str, Any] = {}
+_SPECIFICATIONS: dict[str, Any] = {}
+
+
+def _known_keywords(cls: type, draft7_spellings: bool) -> frozenset[str]:
+    found = _KNOWN_KEYWORDS.get((cls, draft7_spellings))
+    if found is None:
+        keywords = set(cls.VALIDATORS)
+        if draft7_spellings:
+            keywords |= {"dependencies", "additionalItems"}
+        found = _KNOWN_KEYWORDS[(cls, draft7_spellings)] = frozenset(keywords)
+    return found
+
+
 class _Document:
     def __init__(self, schema: Any):
         import jsonschema
@@ -161,24 +180,24 @@ class _Document:
             raise JsonSchemaError(f"not a valid JSON Schema: {error.message}", pointer, keyword)
         self.schema = schema
         self.cls = cls
-        self.keywords = set(cls.VALIDATORS)
-        if not explicit and cls is validators.Draft202012Validator:
-            # "2020-12 plus draft-07 spellings": without a declared dialect, dependencies and additionalItems keep
-            # their draft-07 meaning (definitions is resolved by pointer either way).
-            self.keywords |= {"dependencies", "additionalItems"}
-        dialects = {
-            "Draft3Validator": rj.DRAFT3, "Draft4Validator": rj.DRAFT4, "Draft6Validator": rj.DRAFT6,
-            "Draft7Validator": rj.DRAFT7, "Draft201909Validator": rj.DRAFT201909,
-            "Draft202012Validator": rj.DRAFT202012,
-        }  # fmt: skip
+        # "2020-12 plus draft-07 spellings": without a declared dialect, dependencies and additionalItems keep
+        # their draft-07 meaning (definitions is resolved by pointer either way).
+        self.keywords = _known_keywords(cls, not explicit and cls is validators.Draft202012Validator)
+        if not _DIALECTS:  # the specifications by name first: a document that finds _DIALECTS filled reads them
+            dialects = {
+                "Draft3Validator": rj.DRAFT3, "Draft4Validator": rj.DRAFT4, "Draft6Validator": rj.DRAFT6,
+                "Draft7Validator": rj.DRAFT7, "Draft201909Validator": rj.DRAFT201909,
+                "Draft202012Validator": rj.DRAFT202012,
+            }  # fmt: skip
+            _SPECIFICATIONS.update({spec.name: spec for spec in dialects.values()})
+            _DIALECTS.update(dialects)
         self.draft = cls.__name__.replace("Validator", "")
         self.legacy = cls.__name__ in ("Draft3Validator", "Draft4Validator", "Draft6Validator", "Draft7Validator")
         self.draft4 = cls.__name__ in ("Draft3Validator", "Draft4Validator")
         #: The subschemas with a ``$schema`` of their own met by the crawl, with the dialect around each.
         self._embedded: list[tuple[Mapping, str]] = []
-        self._dialects = {spec.name: spec for spec in dialects.values()}
         self._specs: dict[str, Any] = {}
-        self.spec = self.specification(dialects.get(cls.__name__, rj.DRAFT202012).name)
+        self._dialect = _DIALECTS.get(cls.__name__, rj.DRAFT202012).name
         self.base = self.id_of(schema) or ""
         self.names_resources = may_name and _names_resources(schema)
         self.nodes: dict[str, Any] = {"": schema}
@@ -202,8 +221,14 @@ class _Document:
         most documents use one dialect."""
         spec = self._specs.get(name)
         if spec is None:
-            spec = self._specs[name] = _total_specification(self._dialects[name], self._embedded)
+            spec = self._specs[name] = _total_specification(_SPECIFICATIONS[name], self._embedded)
         return spec
+
+    @cached_property
+    def spec(self) -> Any:
+        """The total specification of the document's own dialect, made when first needed: a document with no id
+        and no reference by URI never needs it."""
+        return self.specification(self._dialect)
 
     @cached_property
     def registry(self) -> Any:
@@ -308,6 +333,8 @@ class _Document:
     def id_of(self, node: Any) -> str | None:
         """The id ``node`` declares in the root's draft, as referencing's ``Resource.id`` reads it (without making a
         resource: this is asked of every pointer a reference stands at)."""
+        if type(node) is dict and "$id" not in node and "id" not in node:
+            return None  # no draft reads an id here: the specification is not made for it
         found = self.spec.id_of(node)
         return found.rstrip("#") if found is not None else None
 
