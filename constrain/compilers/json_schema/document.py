@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Any
 from urllib.parse import quote, unquote, urljoin
 
@@ -125,23 +125,24 @@ def _from_nearest(known: dict[str, Any], ptr: str, step: Callable[[Any, str], An
     return value
 
 
-#: Per validator class and whether draft-07's ``dependencies`` and ``additionalItems`` are added: the keywords the
-#: document's validators know.
-_KNOWN_KEYWORDS: dict[tuple[type, bool], frozenset[str]] = {}
-#: referencing's specification per jsonschema validator class name, and per specification name: filled by the
-#: first document (referencing is imported when a schema is first compiled, not with constrain).
-_DIALECTS: dict[str, Any] = {}
-_SPECIFICATIONS: dict[str, Any] = {}
-
-
+@cache
 def _known_keywords(cls: type, draft7_spellings: bool) -> frozenset[str]:
-    found = _KNOWN_KEYWORDS.get((cls, draft7_spellings))
-    if found is None:
-        keywords = set(cls.VALIDATORS)
-        if draft7_spellings:
-            keywords |= {"dependencies", "additionalItems"}
-        found = _KNOWN_KEYWORDS[(cls, draft7_spellings)] = frozenset(keywords)
-    return found
+    """The keywords a validator class knows, with draft-07's ``dependencies`` and ``additionalItems`` when
+    ``draft7_spellings``: made once per process."""
+    return frozenset(cls.VALIDATORS).union(("dependencies", "additionalItems") if draft7_spellings else ())
+
+
+@cache
+def _dialects() -> tuple[dict[str, Any], dict[str, Any]]:
+    """referencing's specification per jsonschema validator class name, and per specification name (referencing
+    is imported when a schema is first compiled, not with constrain)."""
+    import referencing.jsonschema as rj
+
+    by_class = {
+        "Draft3Validator": rj.DRAFT3, "Draft4Validator": rj.DRAFT4, "Draft6Validator": rj.DRAFT6,
+        "Draft7Validator": rj.DRAFT7, "Draft201909Validator": rj.DRAFT201909, "Draft202012Validator": rj.DRAFT202012,
+    }  # fmt: skip
+    return by_class, {spec.name: spec for spec in by_class.values()}
 
 
 class _Document:
@@ -183,21 +184,13 @@ class _Document:
         # "2020-12 plus draft-07 spellings": without a declared dialect, dependencies and additionalItems keep
         # their draft-07 meaning (definitions is resolved by pointer either way).
         self.keywords = _known_keywords(cls, not explicit and cls is validators.Draft202012Validator)
-        if not _DIALECTS:  # the specifications by name first: a document that finds _DIALECTS filled reads them
-            dialects = {
-                "Draft3Validator": rj.DRAFT3, "Draft4Validator": rj.DRAFT4, "Draft6Validator": rj.DRAFT6,
-                "Draft7Validator": rj.DRAFT7, "Draft201909Validator": rj.DRAFT201909,
-                "Draft202012Validator": rj.DRAFT202012,
-            }  # fmt: skip
-            _SPECIFICATIONS.update({spec.name: spec for spec in dialects.values()})
-            _DIALECTS.update(dialects)
         self.draft = cls.__name__.replace("Validator", "")
         self.legacy = cls.__name__ in ("Draft3Validator", "Draft4Validator", "Draft6Validator", "Draft7Validator")
         self.draft4 = cls.__name__ in ("Draft3Validator", "Draft4Validator")
         #: The subschemas with a ``$schema`` of their own met by the crawl, with the dialect around each.
         self._embedded: list[tuple[Mapping, str]] = []
         self._specs: dict[str, Any] = {}
-        self._dialect = _DIALECTS.get(cls.__name__, rj.DRAFT202012).name
+        self._dialect = _dialects()[0].get(cls.__name__, rj.DRAFT202012).name
         self.base = self.id_of(schema) or ""
         self.names_resources = may_name and _names_resources(schema)
         self.nodes: dict[str, Any] = {"": schema}
@@ -221,7 +214,7 @@ class _Document:
         most documents use one dialect."""
         spec = self._specs.get(name)
         if spec is None:
-            spec = self._specs[name] = _total_specification(_SPECIFICATIONS[name], self._embedded)
+            spec = self._specs[name] = _total_specification(_dialects()[1][name], self._embedded)
         return spec
 
     @cached_property
