@@ -17,8 +17,6 @@ import contextvars
 import math
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from numba.core import event as numba_events
 
@@ -136,25 +134,35 @@ def compile_clock() -> float:
     return time.thread_time() - _KERNEL_COMPILES.seconds()
 
 
-@contextmanager
-def deadline(at: float | None, *, started: float | None = None) -> Iterator[None]:
+def deadline(at: float | None, *, started: float | None = None) -> _DeadlineBlock:
     """Within the block, automaton construction raises :class:`CompileTimeout` once :func:`compile_clock`
     passes ``at`` (None: no limit). CPU time, so a loaded machine does not change the outcome; the guard against
     hostile inputs that no size limit catches. A block that runs longer than
     :data:`~constrain.collector.PAUSE_AFTER` pauses the garbage collector until it ends (see
     :mod:`constrain.collector`). ``started``: :func:`compile_clock` now, when the caller has just read it."""
-    limit = _Deadline(math.inf if at is None else at, compile_clock() if started is None else started)
-    token = _DEADLINE.set(limit)
-    try:
-        yield
-    finally:
-        _DEADLINE.reset(token)
-        if limit.paused:
+    return _DeadlineBlock(at, started)
+
+
+class _DeadlineBlock:
+    """The context manager :func:`deadline` returns (a class rather than a generator: every compile enters one)."""
+
+    __slots__ = ("_at", "_started", "_limit", "_token")
+
+    def __init__(self, at: float | None, started: float | None):
+        self._at, self._started = at, started
+
+    def __enter__(self) -> None:
+        started = compile_clock() if self._started is None else self._started
+        self._limit = _Deadline(math.inf if self._at is None else self._at, started)
+        self._token = _DEADLINE.set(self._limit)
+
+    def __exit__(self, *exc: object) -> None:
+        _DEADLINE.reset(self._token)
+        if self._limit.paused:
             collector.resume()
 
 
-@contextmanager
-def time_limited(seconds: float | None, what: str) -> Iterator[None]:
+def time_limited(seconds: float | None, what: str) -> _TimeLimit:
     """The block runs under a limit of ``seconds`` of :func:`compile_clock` from now (None: none of its own),
     and within any limit already in force: what every compiler's ``time_limit=`` means, so a compiler called by
     another (choices by way of a regex, a Pydantic type by way of its JSON Schema) keeps its caller's limit. When
@@ -162,26 +170,42 @@ def time_limited(seconds: float | None, what: str) -> Iterator[None]:
     it."""
     if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0):
         raise ArgumentError("time_limit", seconds, "seconds of CPU time (a number, 0 or more), or None for no limit")
-    outer = _DEADLINE.get()
-    # The caller's limit comes first when it ends no later than this one: it reports its own. The clock has moved
-    # on since the caller's limit started, so one that ends within ``seconds`` of its start needs no reading.
-    if outer is not None and (seconds is None or outer.at <= outer.started + seconds):
-        yield
-        return
-    now = None if seconds is None else compile_clock()
-    at = math.inf if now is None else now + seconds
-    if outer is not None and outer.at <= at:
-        yield
-        return
-    try:
-        with deadline(None if seconds is None else at, started=now):
-            yield
-    except CompileTimeout as exc:
-        if seconds is None:  # an inner limit ran out: it said so
-            raise
-        where = f" (at rule {exc.rule!r})" if exc.rule else ""
-        message = f"{what} did not compile within time_limit={seconds:g} s{where} (None lifts the limit)"
-        raise CompileTimeout(message, rule=exc.rule) from exc
+    return _TimeLimit(seconds, what)
+
+
+class _TimeLimit:
+    """The context manager :func:`time_limited` returns."""
+
+    __slots__ = ("_seconds", "_what", "_block")
+
+    def __init__(self, seconds: float | None, what: str):
+        self._seconds, self._what, self._block = seconds, what, None
+
+    def __enter__(self) -> None:
+        seconds = self._seconds
+        outer = _DEADLINE.get()
+        # The caller's limit comes first when it ends no later than this one: it reports its own. The clock has
+        # moved on since the caller's limit started, so one that ends within ``seconds`` of its start needs no
+        # reading.
+        if outer is not None and (seconds is None or outer.at <= outer.started + seconds):
+            return
+        now = None if seconds is None else compile_clock()
+        at = math.inf if now is None else now + seconds
+        if outer is not None and outer.at <= at:
+            return
+        self._block = _DeadlineBlock(None if seconds is None else at, now)
+        self._block.__enter__()
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        block, self._block = self._block, None
+        if block is None:
+            return
+        block.__exit__(kind, exc, tb)
+        if isinstance(exc, CompileTimeout) and self._seconds is not None:  # else an inner limit ran out: it said so
+            where = f" (at rule {exc.rule!r})" if exc.rule else ""
+            limit = f"time_limit={self._seconds:g} s{where}"
+            message = f"{self._what} did not compile within {limit} (None lifts the limit)"
+            raise CompileTimeout(message, rule=exc.rule) from exc
 
 
 def seconds_allowed() -> float | None:
