@@ -124,11 +124,20 @@ class _Deferral:
 
     def _validation_keywords(self, ptr: str, node: Mapping) -> list[str] | None:
         """The validation keywords of the subschema ``node`` at ``ptr``, or None when one of them is outside the
-        certified set (a ``$schema`` below the root too); anything else is an annotation, known or not."""
+        certified set (a ``$schema`` below the root too, unless it names the root's dialect); anything else is an
+        annotation, known or not."""
         certifiable, uncertifiable = self._certifiable_keywords()
-        if not uncertifiable.isdisjoint(node) or ("$schema" in node and ptr):
+        if not uncertifiable.isdisjoint(node) or ("$schema" in node and ptr and not self._own_dialect(node["$schema"])):
             return None
         return [kw for kw in node if kw in certifiable]
+
+    def _own_dialect(self, uri: Any) -> bool:
+        """:meth:`~constrain.compilers.json_schema.document._Document.in_own_dialect`, asked once per URI (a
+        bundled schema repeats its ``$schema`` in every definition)."""
+        found = self._dialect_of.get(uri) if isinstance(uri, str) else False
+        if found is None:
+            found = self._dialect_of[uri] = self.doc.in_own_dialect(uri)
+        return found
 
     def _certifiable_keywords(self) -> tuple[frozenset[str], frozenset[str]]:
         """:data:`CERTIFIED_KEYWORDS` less those the schema's draft does not know, and the validation keywords

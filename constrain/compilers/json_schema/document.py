@@ -187,6 +187,8 @@ class _Document:
         self.draft = cls.__name__.replace("Validator", "")
         self.legacy = cls.__name__ in ("Draft3Validator", "Draft4Validator", "Draft6Validator", "Draft7Validator")
         self.draft4 = cls.__name__ in ("Draft3Validator", "Draft4Validator")
+        #: Whether the root names its dialect (``$schema``).
+        self.declared = explicit
         #: The subschemas with a ``$schema`` of their own met by the crawl, with the dialect around each.
         self._embedded: list[tuple[Mapping, str]] = []
         self._specs: dict[str, Any] = {}
@@ -322,6 +324,13 @@ class _Document:
             return urljoin(base, rid) if rid else base
 
         return _from_nearest(self.bases, ptr, within)
+
+    def in_own_dialect(self, uri: Any) -> bool:
+        """Whether a subschema's ``$schema`` of ``uri`` names the dialect the root declares: then jsonschema, which
+        reads such a subschema in its own dialect, reads it as the compiler reads every subschema."""
+        from jsonschema import validators
+
+        return self.declared and isinstance(uri, str) and validators.validator_for({"$schema": uri}, None) is self.cls
 
     def id_of(self, node: Any) -> str | None:
         """The id ``node`` declares in the root's draft, as referencing's ``Resource.id`` reads it (without making a

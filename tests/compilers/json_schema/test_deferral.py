@@ -207,6 +207,27 @@ def test_certified_values_are_put_off(value, put_off_all):
     assert _same_outcomes(schema, [*values, {"v": {"x-a": 1}}, {"v": {"abc": 1}}, {"v": {"abc": "s", "A": 1}}])
 
 
+@pytest.mark.parametrize(
+    ("root", "own", "put_off"),
+    [
+        ("http://json-schema.org/draft-04/schema", "http://json-schema.org/draft-04/schema#", True),  # same dialect
+        ("http://json-schema.org/draft-07/schema#", "http://json-schema.org/draft-07/schema#", True),
+        ("http://json-schema.org/draft-07/schema#", "http://json-schema.org/draft-04/schema#", False),  # another
+        (None, "https://json-schema.org/draft/2020-12/schema", False),  # the root names none
+    ],
+)
+def test_a_subschema_naming_the_roots_dialect_is_certified(root, own, put_off, put_off_all):
+    """A bundled schema repeats its ``$schema`` in every definition: such a subschema is read in the root's
+    dialect by jsonschema too, so it is certified as if the keyword were not there; another dialect is not."""
+    person = {"$schema": own, "type": "object", "properties": {"age": {"type": "integer", "maximum": 150}}}
+    schema = {"type": "object", "properties": {"v": person}, "required": ["v"]}
+    if root is not None:
+        schema["$schema"] = root
+    assert certified(schema, "/properties/v") == put_off
+    assert ("schema:/properties/v" in schema_to_grammar(schema, lazy=True)[0].deferred) == put_off
+    assert _same_outcomes(schema, [{"v": {"age": 3}}, {"v": {"age": 151}}, {"v": {"age": "x"}}, {}])
+
+
 def test_the_keys_of_a_pattern_are_built_once_per_process(monkeypatch, put_off_all):
     """The certificate builds the keys of an object's patternProperties pattern beside its names; the lowering,
     a later compile of the same schema and another schema with the same object find them built."""
