@@ -285,13 +285,18 @@ class _Deferral:
         for kw in ("anyOf", "oneOf"):
             if kw in node:
                 branches = node[kw]
-                if len(validation) != 1 or not isinstance(branches, list) or not branches:
+                # beside the branches, at most a type: each branch is then read as that type's values
+                kind = _types_of(node["type"]) if len(validation) == 2 and "type" in node else None
+                if (len(validation) != 1 and kind is None) or not isinstance(branches, list) or not branches:
                     return None
                 ptrs = tuple(f"{ptr}/{kw}/{i}" for i in range(len(branches)))
                 self.doc.nodes.update(zip(ptrs, branches))
                 if kw == "oneOf" and not self._exclusive(ptrs):
                     return None
-                return ("any", ptrs), ptrs, ()
+                if kind is None:
+                    return ("any", ptrs), ptrs, ()
+                terms = tuple(t for t in (self._as_type(b, kind, _MAX_TYPED_HOPS) for b in ptrs) if t is not False)
+                return (("any", terms), ptrs, ()) if terms else None
         types = node.get("type", _TYPE_NAMES)
         if type(types) is str:
             types = _ONE_TYPE.get(types)
@@ -325,6 +330,56 @@ class _Deferral:
                 terms.append(needs)
         productive = True if terms and terms[0] is True else ("any", tuple(terms))
         return productive, (), tuple(below)
+
+    def _as_type(self, ptr: str, kind: frozenset[str], hops: int) -> _Formula:
+        """The productivity of the subschema at ``ptr`` (a branch, certified on its own) restricted to values of the
+        types ``kind``, or False when that is not shown (the branch may then hold no such value, which lowering
+        finds; it is not counted on). Shown when the branch (through its references and branches, ``hops`` of
+        them at most) declares types among ``kind``, or declares none and so constrains a value of each type by
+        that type's keywords alone."""
+        node = self.node(ptr)
+        if node is True:
+            return True
+        if type(node) is not dict or hops <= 0:
+            return False
+        validation = self._validation_keywords(ptr, node)
+        if validation is None:
+            return False
+        if "$ref" in node:
+            target = self._target(ptr, node["$ref"])
+            legacy = self.doc.legacy and self.known_here("$ref")
+            return (
+                False
+                if target is None or not (legacy or validation == ["$ref"])
+                else self._as_type(target, kind, hops - 1)
+            )
+        for kw in ("anyOf", "oneOf"):
+            if kw in node:
+                if validation != [kw] or not isinstance(node[kw], list):
+                    return False
+                terms = (self._as_type(f"{ptr}/{kw}/{i}", kind, hops - 1) for i in range(len(node[kw])))
+                found = tuple(t for t in terms if t is not False)
+                return ("any", found) if found else False
+        if "type" in node:
+            declared = _types_of(node["type"])
+            covered = declared is not None and all(t in kind or (t == "integer" and "number" in kind) for t in declared)
+            return ptr if covered else False
+        if "enum" in node or "const" in node:
+            return False
+        terms: list[_Formula] = []
+        if not kind.isdisjoint(("string", "boolean", "null")):
+            terms.append(True)  # a string's keywords were shown to hold when the branch was certified
+        if not kind.isdisjoint(("number", "integer")) and _NUMBER_KEYWORDS.isdisjoint(validation):
+            terms.append(True)
+        if "object" in kind:
+            needs = self._object_needs(ptr, node, [])
+            if needs is not None:
+                terms.append(("all", needs))
+        if "array" in kind:
+            needs = self._array_needs(ptr, node, [])
+            if needs is not None:
+                terms.append(needs)
+        return ("any", tuple(terms)) if terms else False
 
     def _target(self, ptr: str, ref: Any) -> str | None:
         try:
@@ -502,6 +557,19 @@ class _Deferral:
             below.append(f"{ptr}/items")
             return f"{ptr}/items" if lo else True
         return True
+
+
+#: References and branches :meth:`_Deferral._as_type` follows from a branch read as a type's values.
+_MAX_TYPED_HOPS = 8
+
+
+def _types_of(value: Any) -> frozenset[str] | None:
+    """The type names a ``type`` keyword's value allows, or None when it is not a name or a list of names."""
+    if type(value) is str:
+        return _ONE_TYPE.get(value)
+    if type(value) is list and value and _TYPE_NAMES.issuperset(value):
+        return frozenset(value)
+    return None
 
 
 def _plain_names(names: tuple) -> bool:

@@ -228,6 +228,33 @@ def test_a_subschema_naming_the_roots_dialect_is_certified(root, own, put_off, p
     assert _same_outcomes(schema, [{"v": {"age": 3}}, {"v": {"age": 151}}, {"v": {"age": "x"}}, {}])
 
 
+TYPED = {"$defs": {"loop": {"type": "object", "properties": {"x": {"$ref": "#/$defs/loop"}}, "required": ["x"]}}}
+
+
+@pytest.mark.parametrize(
+    ("value", "put_off"),
+    [
+        ({"type": "object", "anyOf": [{"required": ["a"]}, {"required": ["b"]}]}, True),
+        ({"type": "object", "oneOf": [{"type": "string"}, {"type": "object", "required": ["a"]}]}, True),
+        ({"type": ["string", "null"], "anyOf": [{"enum": ["x"]}, {"minLength": 2}]}, True),
+        ({"type": "number", "anyOf": [{"type": "integer", "minimum": 3}, {"$ref": "#/$defs/loop"}]}, True),
+        ({"type": "object", "anyOf": [{"anyOf": [{"$ref": "#/$defs/loop"}, {"maxProperties": 1}]}]}, False),
+        ({"type": "integer", "anyOf": [{"type": "string"}, {"type": "object"}]}, False),  # no branch of the type
+        ({"type": "object", "anyOf": [{"$ref": "#/$defs/loop"}]}, False),  # the only branch never completes
+        ({"type": "integer", "anyOf": [{"minimum": 1.2, "maximum": 1.8}]}, False),  # no integer shown to fit
+        ({"type": "string", "anyOf": [{"enum": [1, 2]}]}, False),
+    ],
+)
+def test_branches_beside_a_type_are_certified_as_that_types_values(value, put_off, put_off_all):
+    """``{"type": T, "anyOf": [...]}`` holds when some branch holds for a value of type T: a branch that declares
+    types among T, or declares none (its object or array keywords then decide); others are not counted on."""
+    schema = {**TYPED, "type": "object", "properties": {"v": value}}
+    assert certified(schema, "/properties/v") == put_off
+    assert ("schema:/properties/v" in schema_to_grammar(schema, lazy=True)[0].deferred) == put_off
+    values = [{}, {"v": {"a": 1}}, {"v": {"b": None}}, {"v": {}}, {"v": "x"}, {"v": "xy"}, {"v": None}, {"v": 3}]
+    assert _same_outcomes(schema, [*values, {"v": 2}, {"v": 1.5}, {"v": {"a": "s"}}, {"v": {"x": {"x": 1}}}])
+
+
 def test_the_keys_of_a_pattern_are_built_once_per_process(monkeypatch, put_off_all):
     """The certificate builds the keys of an object's patternProperties pattern beside its names; the lowering,
     a later compile of the same schema and another schema with the same object find them built."""
