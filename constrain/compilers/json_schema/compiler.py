@@ -133,7 +133,6 @@ class _Compiler(
         self._productive: dict[str, bool] = {}
         self._children: dict[str, tuple[str, ...]] = {}
         self._certifiable: tuple[frozenset[str], frozenset[str]] | None = None
-        self._dialect_of: dict[str, bool] = {}  # see _Deferral._own_dialect
 
     # -- policy ----------------------------------------------------------------------------------------------
 

@@ -127,17 +127,11 @@ class _Deferral:
         certified set (a ``$schema`` below the root too, unless it names the root's dialect); anything else is an
         annotation, known or not."""
         certifiable, uncertifiable = self._certifiable_keywords()
-        if not uncertifiable.isdisjoint(node) or ("$schema" in node and ptr and not self._own_dialect(node["$schema"])):
+        if not uncertifiable.isdisjoint(node):
+            return None
+        if "$schema" in node and ptr and not self.doc.in_own_dialect(node["$schema"]):
             return None
         return [kw for kw in node if kw in certifiable]
-
-    def _own_dialect(self, uri: Any) -> bool:
-        """:meth:`~constrain.compilers.json_schema.document._Document.in_own_dialect`, asked once per URI (a
-        bundled schema repeats its ``$schema`` in every definition)."""
-        found = self._dialect_of.get(uri) if isinstance(uri, str) else False
-        if found is None:
-            found = self._dialect_of[uri] = self.doc.in_own_dialect(uri)
-        return found
 
     def _certifiable_keywords(self) -> tuple[frozenset[str], frozenset[str]]:
         """:data:`CERTIFIED_KEYWORDS` less those the schema's draft does not know, and the validation keywords
@@ -297,15 +291,9 @@ class _Deferral:
                     return ("any", ptrs), ptrs, ()
                 terms = tuple(t for t in (self._as_type(b, kind, _MAX_TYPED_HOPS) for b in ptrs) if t is not False)
                 return (("any", terms), ptrs, ()) if terms else None
-        types = node.get("type", _TYPE_NAMES)
-        if type(types) is str:
-            types = _ONE_TYPE.get(types)
-            if types is None:
-                return None
-        elif types is not _TYPE_NAMES:
-            if type(types) is not list or not types or not _TYPE_NAMES.issuperset(types):
-                return None
-            types = frozenset(types)
+        types = _types_of(node["type"]) if "type" in node else _TYPE_NAMES
+        if types is None:
+            return None
         if "enum" in node or "const" in node:
             return (True, (), ()) if self._some_value(node, validation, types) else None
         if not _STRING_KEYWORDS.isdisjoint(validation) and not self._strings_hold(node):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from functools import cache, cached_property
+from functools import cache, cached_property, lru_cache
 from typing import Any
 from urllib.parse import quote, unquote, urljoin
 
@@ -130,6 +130,14 @@ def _known_keywords(cls: type, draft7_spellings: bool) -> frozenset[str]:
     """The keywords a validator class knows, with draft-07's ``dependencies`` and ``additionalItems`` when
     ``draft7_spellings``: made once per process."""
     return frozenset(cls.VALIDATORS).union(("dependencies", "additionalItems") if draft7_spellings else ())
+
+
+@lru_cache(maxsize=256)  # a bundled schema repeats its $schema in every definition
+def _validator_class(uri: str) -> type | None:
+    """The jsonschema validator class a ``$schema`` URI names, or None for a URI jsonschema does not know."""
+    from jsonschema import validators
+
+    return validators.validator_for({"$schema": uri}, None)
 
 
 @cache
@@ -328,9 +336,7 @@ class _Document:
     def in_own_dialect(self, uri: Any) -> bool:
         """Whether a subschema's ``$schema`` of ``uri`` names the dialect the root declares: then jsonschema, which
         reads such a subschema in its own dialect, reads it as the compiler reads every subschema."""
-        from jsonschema import validators
-
-        return self.declared and isinstance(uri, str) and validators.validator_for({"$schema": uri}, None) is self.cls
+        return self.declared and isinstance(uri, str) and _validator_class(uri) is self.cls
 
     def id_of(self, node: Any) -> str | None:
         """The id ``node`` declares in the root's draft, as referencing's ``Resource.id`` reads it (without making a
