@@ -15,7 +15,7 @@ from constrain.compilers.json_schema.any_order import MAX_ANY_ORDER_STATES_TOTAL
 from constrain.compilers.json_schema.arrays import _ArrayRules
 from constrain.compilers.json_schema.combinators import _Combinators, _Excluded
 from constrain.compilers.json_schema.deferral import MAX_DEFERRING_NODES, MIN_DEFERRING_NODES, _Deferral
-from constrain.compilers.json_schema.document import _clean_pointer, _Document
+from constrain.compilers.json_schema.document import _clean_pointer, _Document, _json_equal
 from constrain.compilers.json_schema.enums import _EnumRules
 from constrain.compilers.json_schema.errors import _TIME_LIMIT, _check_time, _OutOfTime, _Unsatisfiable, _verdict
 from constrain.compilers.json_schema.keywords import (
@@ -97,6 +97,9 @@ class _Compiler(
         self._finite_cache: dict[str, tuple] = {}
         self._disjoint_checking: set[tuple] = set()
         self._plain: dict[tuple[tuple[str, ...], int | None], Ref] = {}
+        #: What distinct and same found per part, and per pair of parts.
+        self._signatures: dict[_Part, tuple] = {}
+        self._same: dict[tuple[_Part, _Part], bool] = {}
         #: live_keys per part, and what conj returned per (parts as given, depth) once its rule was complete: a
         #: subschema is met many times (each option of a branch, each object that shares a definition). Strict
         #: mode only: in lenient mode normalising again notes again what a probe's notes were reset without.
@@ -132,6 +135,9 @@ class _Compiler(
         self._certified: dict[str, bool] = {}
         self._productive: dict[str, bool] = {}
         self._children: dict[str, tuple[str, ...]] = {}
+        #: The conjunctions the certificate met, by their names (``&n``) and the names by their parts.
+        self._conj_parts: dict[str, frozenset[_Part]] = {}
+        self._conj_keys: dict[frozenset[_Part], str] = {}
         self._certifiable: tuple[frozenset[str], frozenset[str]] | None = None
 
     # -- policy ----------------------------------------------------------------------------------------------
@@ -250,9 +256,70 @@ class _Compiler(
             if self.live_keys(part):
                 out[part] = None
         result = tuple(out)
+        if len(result) > 1:
+            result = self.distinct(result)
         if normal is not None:
             normal[given] = result
         return result
+
+    def distinct(self, parts: tuple[_Part, ...]) -> tuple[_Part, ...]:
+        """``parts`` less each one that says what an earlier one says (:meth:`same`): the conjunction of a
+        subschema with itself is that subschema. A property that a ``patternProperties`` pattern also matches
+        often repeats the pattern's subschema, whose branches would otherwise be multiplied by themselves."""
+        kept: list[_Part] = []
+        alike: dict[tuple, list[_Part]] = {}  # by what same compares first
+        signatures = self._signatures
+        for part in parts:
+            signature = signatures.get(part)
+            if signature is None:
+                signature = signatures[part] = self.signature(part)
+            if signature:
+                earlier = alike.get(signature)
+                if earlier is None:
+                    alike[signature] = [part]
+                elif any(self.same_cached(part, other) for other in earlier):
+                    continue
+                else:
+                    earlier.append(part)
+            kept.append(part)
+        return parts if len(kept) == len(parts) else tuple(kept)
+
+    def signature(self, part: _Part) -> tuple:
+        """What :meth:`same` tells apart cheaply: the part's skipped keywords, and each live keyword with its value
+        when a scalar, its type and size otherwise; empty for a part that is like no other (negated, synthetic)."""
+        if part.neg is not None or self.doc.is_synthetic(part.ptr):
+            return ()
+        node = self.node(part.ptr)
+        shallow = []
+        for kw in self.live_keys(part):
+            value = node[kw]
+            shallow.append((kw, (type(value).__name__, len(value)) if isinstance(value, (dict, list)) else value))
+        return part.skip, frozenset(shallow)
+
+    def same_cached(self, a: _Part, b: _Part) -> bool:
+        """:meth:`same`, kept per pair: the parts a conjunction shares with its branches' are compared again in
+        each branch."""
+        key = (a, b)
+        found = self._same.get(key)
+        if found is None:
+            found = self._same[key] = self.same(a, b)
+        return found
+
+    def same(self, a: _Part, b: _Part) -> bool:
+        """Whether the parts ``a`` and ``b`` lower alike: the same keywords (annotations aside) with JSON-equal
+        values, read at the same base URI (their references then resolve alike), neither negated nor synthetic."""
+        if a.neg is not None or b.neg is not None or a.skip != b.skip:
+            return False
+        keys = self.live_keys(a)
+        if len(keys) != len(self.live_keys(b)) or self.doc.is_synthetic(a.ptr) or self.doc.is_synthetic(b.ptr):
+            return False
+        na, nb = self.node(a.ptr), self.node(b.ptr)
+        if type(na) is not dict or type(nb) is not dict:
+            return False
+        for kw in keys:
+            if kw not in nb or na[kw] != nb[kw]:
+                return False
+        return all(_json_equal(na[kw], nb[kw]) for kw in keys) and self.doc.base_at(a.ptr) == self.doc.base_at(b.ptr)
 
     @staticmethod
     def refuse_ref_cycle(target: _Part, part: _Part, parent: Mapping[_Part, _Part], kw: str) -> None:
@@ -377,7 +444,7 @@ class _Compiler(
         self.last_pointer = parts[0].ptr
         name = self.new_name(parts, depth)
         self.memo[key] = name
-        if defer and self.lazy and len(parts) == 1 and not parts[0].skip and self.deferrable(parts[0].ptr):
+        if defer and self.lazy and self.put_off(given[0], parts):
             self.deferred[name] = (parts[0].ptr, operator.methodcaller("body", parts, depth, name))
             ref = done[given] = Ref(name)
             return ref
@@ -390,6 +457,14 @@ class _Compiler(
         self.rules[name] = body
         ref = done[given] = Ref(name)
         return ref
+
+    def put_off(self, given: tuple[_Part, ...], parts: tuple[_Part, ...]) -> bool:
+        """Whether the value of the conjunction ``given``, normalised to ``parts``, may be written later: one
+        subschema, taken whole, that the certificate vouches for (:meth:`deferrable`), as normalised or, when it
+        opened into several parts (an ``allOf``, a reference beside other keywords), as given."""
+        if len(parts) == 1:
+            return not parts[0].skip and self.deferrable(parts[0].ptr)
+        return len(given) == 1 and not given[0].skip and given[0].neg is None and self.deferrable(given[0].ptr)
 
     def plain_types(self, parts: tuple[_Part, ...]) -> tuple[str, ...] | None:
         """The type names of a conjunction that is one subschema saying nothing but a ``type`` of scalars (a third

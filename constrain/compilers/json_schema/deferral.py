@@ -9,25 +9,28 @@ Putting a rule off must not change what the compile answers, so a subschema is c
 can neither be refused (strict mode refuses at compile time, not in a mask) nor find it unsatisfiable (the caller
 would have dropped the property or refused the schema), and when some finite value satisfies it. The walk checks
 each subschema it reaches (through references, branches, properties and items) against a small set of keywords
-whose lowering is known to succeed under simple conditions (:data:`CERTIFIED_KEYWORDS`); anything else (a
-conjunction, a negation, a count of properties) keeps the value eager. A pattern is certified on the automaton of
-the texts it matches (shared per process): its JSON strings' automaton, escapes written, cannot pass its bound when
-that one is small, and is built when the value is lowered. The keys of an object's one ``patternProperties``
-pattern are built now (shared per process with its lowering, see
-:meth:`~constrain.compilers.json_schema.objects._ObjectRules.pattern_key`). A rule put off reads a byte first
-(a JSON value) and every cycle of references passes through a property or an item, so no left recursion can wait
-in it.
+whose lowering is known to succeed under simple conditions (:data:`CERTIFIED_KEYWORDS`); anything else (a count of
+properties, a negation of something) keeps the value eager. A conjunction (``allOf``, a reference beside other
+keywords, dependencies, a property that a pattern also matches) is read as its lowering reads it, parts merged
+kind by kind; its members and items are conjunctions of their own, named ``&n`` in the walk
+(:meth:`_Deferral._conj_local`). A pattern is certified on the automaton of the texts it matches (shared per
+process): its JSON strings' automaton, escapes written, cannot pass its bound when that one is small, and is built
+when the value is lowered. The keys of an object's one ``patternProperties`` pattern are built now (shared per
+process with its lowering, see :meth:`~constrain.compilers.json_schema.objects._ObjectRules.pattern_key`). A rule
+put off reads a byte first (a JSON value) and every cycle of references passes through a property or an item, so
+no left recursion can wait in it.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from itertools import product
 from typing import Any
 
 from constrain.automata.regex import RegexError
 from constrain.compilers.json_schema.document import _escape_token
-from constrain.compilers.json_schema.errors import _TIME_LIMIT, _NotNegatable, _TooLarge
+from constrain.compilers.json_schema.errors import _TIME_LIMIT, _NotNegatable, _TooLarge, _Unsatisfiable
 from constrain.compilers.json_schema.formats import _FORMATS, _UNSUPPORTED_FORMATS
 from constrain.compilers.json_schema.keywords import _DRAFT3_ONLY, _VALIDATION, _Part
 from constrain.compilers.json_schema.rules import _cyclic_part, _sccs
@@ -40,7 +43,7 @@ CERTIFIED_KEYWORDS = frozenset(
     {
         "type", "enum", "const", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
         "minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-        "$ref", "anyOf", "oneOf", "patternProperties",
+        "$ref", "anyOf", "oneOf", "patternProperties", "not", "dependencies", "dependentRequired", "allOf",
     }
 )  # fmt: skip
 #: A value is put off only when its subschema reaches at least this many subschemas: writing a rule later costs a
@@ -65,13 +68,25 @@ MAX_CERTIFIED_MAGNITUDE = 10**15
 _UNREAD = object()
 
 #: The keywords through which a subschema reaches others.
-_REACHING = frozenset({"$ref", "anyOf", "oneOf", "properties", "additionalProperties", "patternProperties", "items"})
+_REACHING = frozenset(
+    {"$ref", "anyOf", "oneOf", "allOf", "properties", "additionalProperties", "patternProperties", "items"}
+)
 _OBJECT_KEYWORDS = frozenset({"properties", "required", "additionalProperties", "patternProperties"})
+_ARRAY_KEYWORDS = frozenset({"items", "minItems", "maxItems"})
+#: The keywords that make a subschema a conjunction of others (:meth:`_Deferral._conj_local`), and the branching
+#: keywords a certified conjunction may split on, in the order the lowering tries them.
+_CONJOINING = frozenset({"allOf", "not", "dependencies", "dependentRequired"})
+_CERTIFIED_BRANCHING = ("anyOf", "oneOf", "not", "dependentRequired", "dependencies")
+#: Most triggers of a subschema's dependencies the certificate splits it by (the lowering allows more).
+MAX_CERTIFIED_DEPENDENCIES = 4
 _STRING_KEYWORDS = frozenset({"minLength", "maxLength", "pattern", "format"})
 _COSTLY_STRING_KEYWORDS = _STRING_KEYWORDS | {"type"}
 _NUMBER_KEYWORDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
 _TYPE_NAMES = frozenset({"null", "boolean", "integer", "number", "string", "array", "object"})
 _ONE_TYPE = {name: frozenset({name}) for name in _TYPE_NAMES}
+_KINDS = frozenset({"null", "boolean", "int", "frac", "string", "array", "object"})
+#: The productivity of a subschema no value satisfies.
+_NO_VALUE = ("any", ())
 
 # A subschema's productivity: True, a pointer (productive when that subschema is), or ("any" | "all", terms).
 _Formula = Any
@@ -258,13 +273,15 @@ class _Deferral:
         """What the subschema at ``ptr`` (``node``, or :data:`_UNREAD`) needs of others: (its productivity, the
         subschemas applied to the same value, those applied to a part of it); None when it is not certified on its
         own. The nodes of the parts it names are kept in the document's node cache."""
+        if ptr[:1] == "&":
+            return self._conj_local(tuple(self._conj_parts[ptr]))
         if node is _UNREAD:
             try:
                 node = self.node(ptr)
             except JsonSchemaError:  # lowering says where, when it comes to it
                 return None
-        if node is True:
-            return True, (), ()
+        if node is True or node is False:
+            return (True if node else _NO_VALUE), (), ()
         if type(node) is not dict or "$ptr" in node:
             return None
         if "$ref" in node and self.doc.legacy and self.known_here("$ref"):  # siblings are ignored
@@ -273,6 +290,8 @@ class _Deferral:
         validation = self._validation_keywords(ptr, node)
         if validation is None:
             return None
+        if not _CONJOINING.isdisjoint(validation) or ("$ref" in node and len(validation) > 1):
+            return self._conj_local((_Part(ptr),))
         if "$ref" in node:
             target = self._target(ptr, node["$ref"]) if len(validation) == 1 else None
             return None if target is None else (target, (target,), ())
@@ -281,12 +300,14 @@ class _Deferral:
                 branches = node[kw]
                 # beside the branches, at most a type: each branch is then read as that type's values
                 kind = _types_of(node["type"]) if len(validation) == 2 and "type" in node else None
-                if (len(validation) != 1 and kind is None) or not isinstance(branches, list) or not branches:
+                if len(validation) != 1 and kind is None:
+                    return self._conj_local((_Part(ptr),))
+                if not isinstance(branches, list) or not branches:
                     return None
                 ptrs = tuple(f"{ptr}/{kw}/{i}" for i in range(len(branches)))
                 self.doc.nodes.update(zip(ptrs, branches))
                 if kw == "oneOf" and not self._exclusive(ptrs):
-                    return None
+                    return self._conj_local((_Part(ptr),))
                 if kind is None:
                     return ("any", ptrs), ptrs, ()
                 terms = tuple(t for t in (self._as_type(b, kind, _MAX_TYPED_HOPS) for b in ptrs) if t is not False)
@@ -319,6 +340,284 @@ class _Deferral:
         productive = True if terms and terms[0] is True else ("any", tuple(terms))
         return productive, (), tuple(below)
 
+    # -- conjunctions ------------------------------------------------------------------------------------------
+
+    def _conj_key(self, parts: Iterable[_Part]) -> str:
+        """The certificate's name for the conjunction of ``parts``: the pointer of a subschema taken whole, or
+        ``&n`` (no pointer starts with ``&``), one per set of parts in a compile."""
+        given = frozenset(parts)
+        if len(given) == 1:
+            (part,) = given
+            if not part.skip and part.neg is None:
+                return part.ptr
+        key = self._conj_keys.get(given)
+        if key is None:
+            key = self._conj_keys[given] = f"&{len(self._conj_keys)}"
+            self._conj_parts[key] = given
+        return key
+
+    def _conj_local(self, given: tuple[_Part, ...]) -> tuple[_Formula, tuple[str, ...], tuple[str, ...]] | None:
+        """:meth:`_local` of the conjunction of ``given``, read as its lowering reads it: references and ``allOf``
+        expanded (:meth:`_expand`), then an ``enum`` or ``const`` (each value checked against the rest now, as
+        the lowering does), else the first branching keyword (an alternative per branch, per dependency trigger
+        present or absent), else the parts merged: at most one of them constrains strings, one numbers; their
+        objects' members and array items are the conjunctions of theirs."""
+        parts = self._expand(given)
+        if parts is None or parts is False:
+            return None if parts is None else (_NO_VALUE, (), ())
+        validations = []
+        for part in parts:
+            validation = self._validation_keywords(part.ptr, self.node(part.ptr))
+            if validation is None:
+                return None
+            validations.append([kw for kw in validation if kw not in part.skip])
+        if any("enum" in v or "const" in v for v in validations):
+            try:
+                self.finite_candidates(parts)
+            except _Unsatisfiable:
+                return _NO_VALUE, (), ()
+            except JsonSchemaError:
+                return None
+            return True, (), ()
+        for part, validation in zip(parts, validations):
+            for kw in _CERTIFIED_BRANCHING:
+                if kw in validation:
+                    return self._conj_branch(parts, part, kw)
+        return self._conj_merge(parts, validations)
+
+    def _expand(self, given: Iterable[_Part]) -> tuple[_Part, ...] | bool | None:
+        """The parts of a conjunction as the lowering normalises them (references followed, ``allOf`` opened,
+        parts that say nothing dropped, repeated ones once, :meth:`distinct`); False when one is ``false``; None
+        when one expands to a subschema it was expanded from (a cycle, which the lowering refuses) or refers
+        dynamically."""
+        legacy_ref = self.doc.legacy and self.known_here("$ref")
+        out: list[_Part] = []
+        work: list[tuple[_Part, frozenset[str]]] = [(part, frozenset()) for part in given]
+        seen = {part for part, _ in work}
+        while work:
+            part, above = work.pop()
+            try:
+                node = self.node(part.ptr)
+            except (JsonSchemaError, KeyError):
+                return None
+            if node is True:
+                continue
+            if node is False:
+                return False
+            if type(node) is not dict or "$ptr" in node or part.neg is not None:
+                return None
+            if "$dynamicRef" in node or "$recursiveRef" in node:
+                return None
+            added: list[_Part] = []
+            above = above | {part.ptr}
+            if "$ref" in node and "$ref" not in part.skip:
+                target = self._target(part.ptr, node["$ref"])
+                if target is None:
+                    return None
+                added.append(_Part(target))
+                part = None if legacy_ref else part._replace(skip=part.skip | {"$ref"})  # legacy: siblings ignored
+            if part is not None and "allOf" in node and "allOf" not in part.skip:
+                branches = node["allOf"]
+                if type(branches) is not list or not branches:
+                    return None
+                ptrs = [f"{part.ptr}/allOf/{i}" for i in range(len(branches))]
+                self.doc.nodes.update(zip(ptrs, branches))
+                added.extend(_Part(b) for b in ptrs)
+                part = part._replace(skip=part.skip | {"allOf"})
+            for child in added:
+                if child.ptr in above:
+                    return None
+                if child not in seen:
+                    seen.add(child)
+                    work.append((child, above))
+            if part is not None and self.live_keys(part):
+                out.append(part)
+        return self.distinct(tuple(out))
+
+    def _conj_branch(self, parts: tuple[_Part, ...], part: _Part, kw: str) -> tuple | None:
+        """The conjunction ``parts`` split on ``part``'s branching keyword ``kw``: productive when an alternative
+        is; ``not`` only of a subschema that says nothing (no value)."""
+        node = self.node(part.ptr)
+        if kw == "not":
+            return (_NO_VALUE, (), ()) if self._says_nothing(f"{part.ptr}/not", node["not"]) else None
+        if kw in ("anyOf", "oneOf"):
+            branches = node[kw]
+            if type(branches) is not list or not branches:
+                return None
+            ptrs = tuple(f"{part.ptr}/{kw}/{i}" for i in range(len(branches)))
+            self.doc.nodes.update(zip(ptrs, branches))
+            alternatives: list[tuple[_Part, ...]] | None = [(_Part(b),) for b in ptrs]
+            if kw == "oneOf" and not self._exclusive(ptrs):
+                alternatives = self._by_kind(ptrs, f"{part.ptr}/oneOf")
+                if alternatives is None:
+                    return None
+        else:
+            alternatives = self._dependency_alternatives(parts, part, kw, node[kw])
+            if alternatives is None:
+                return None
+        base = tuple(p._replace(skip=p.skip | {kw}) if p == part else p for p in parts)
+        keys = tuple(dict.fromkeys(self._conj_key((*base, *extra)) for extra in alternatives))
+        return ("any", keys), keys, ()
+
+    def _dependency_alternatives(
+        self, parts: tuple[_Part, ...], part: _Part, kw: str, value: Any
+    ) -> list[tuple[_Part, ...]] | None:
+        """The alternatives the lowering splits dependencies into (each trigger absent, or present with what it
+        needs: the same synthetic subschemas, shared per document), for at most
+        :data:`MAX_CERTIFIED_DEPENDENCIES` triggers."""
+        if type(value) is not dict:
+            return None
+        required: set[str] = set()
+        for p in parts:
+            names = self.node(p.ptr).get("required")
+            if "required" not in p.skip and type(names) is list:
+                required.update(names)
+        choices = []
+        for trigger, dependency in value.items():
+            origin = f"{part.ptr}/{kw}/{_escape_token(trigger)}"
+            if kw == "dependentRequired" or type(dependency) is list:
+                if type(dependency) is not list or not all(type(name) is str for name in dependency):
+                    return None
+                if not dependency or set(dependency) <= required:
+                    continue
+                present: tuple[_Part, ...] = (self.synthetic(origin, {"required": [trigger, *dependency]}),)
+            else:
+                self.doc.nodes[origin] = dependency
+                if dependency is True:
+                    continue
+                present = (self.synthetic(origin, {"required": [trigger]}), _Part(origin))
+            absent = (self.synthetic(origin, {"properties": {trigger: False}}),)
+            choices.append([present] if trigger in required else [absent, present])
+        if len(choices) > MAX_CERTIFIED_DEPENDENCIES:
+            return None
+        return [tuple(p for chosen in combo for p in chosen) for combo in product(*choices)]
+
+    def _conj_merge(self, parts: tuple[_Part, ...], validations: list[list[str]]) -> tuple | None:
+        """The conjunction ``parts`` with nothing to branch on, merged kind by kind as the lowering merges it."""
+        kinds = set(_KINDS)
+        strings = numbers = None
+        objects: list[tuple[_Part, Mapping, list[str]]] = []
+        arrays: list[tuple[_Part, Mapping, list[str]]] = []
+        for part, validation in zip(parts, validations):
+            node = self.node(part.ptr)
+            if "type" in validation:
+                types = _types_of(node["type"])
+                if types is None:
+                    return None
+                kinds &= _kinds_of(types)
+            if not _STRING_KEYWORDS.isdisjoint(validation):
+                if strings is not None or not self._strings_hold(node):
+                    return None
+                strings = node
+            if not _NUMBER_KEYWORDS.isdisjoint(validation):
+                if numbers is not None:
+                    return None
+                numbers = node
+            if not _OBJECT_KEYWORDS.isdisjoint(validation):
+                objects.append((part, node, validation))
+            if not _ARRAY_KEYWORDS.isdisjoint(validation):
+                arrays.append((part, node, validation))
+        if numbers is not None and kinds & {"int", "frac"}:
+            if not self._numbers_hold(numbers, {"number"} if "frac" in kinds else {"integer"}):
+                return None
+        terms: list[_Formula] = []
+        below: list[str] = []
+        if kinds - {"object", "array"}:
+            terms.append(True)
+        if "object" in kinds:
+            needs = self._conj_object(objects, below)
+            if needs is None:
+                return None
+            terms.append(("all", needs))
+        if "array" in kinds:
+            needs = self._conj_array(arrays, below)
+            if needs is None:
+                return None
+            if needs is not False:
+                terms.append(needs)
+        productive = True if terms and terms[0] is True else ("any", tuple(terms))
+        return productive, (), tuple(below)
+
+    def _conj_object(self, objects: list[tuple[_Part, Mapping, list[str]]], below: list[str]) -> tuple | None:
+        """The productivity the merged object of ``objects`` needs (a term per required property), adding its
+        members' conjunctions to ``below``; None when not certified (a pattern among them, an option closing
+        objects by default)."""
+        if not self.ap_default:
+            return None
+        infos: list[tuple[dict[str, str], str | None]] = []
+        names: dict[str, None] = {}
+        required: dict[str, None] = {}
+        for part, node, validation in objects:
+            props = node.get("properties", {}) if "properties" in validation else {}
+            needed = node.get("required", []) if "required" in validation else []
+            extra = node.get("additionalProperties", True) if "additionalProperties" in validation else True
+            if "patternProperties" in validation or type(props) is not dict or type(needed) is not list:
+                return None
+            if not isinstance(extra, (bool, dict)) or (needed and not _plain_names(tuple(needed))):
+                return None
+            if props and not _plain_names(tuple(props)):
+                return None
+            members = {name: f"{part.ptr}/properties/{_escape_token(name)}" for name in props}
+            self.doc.nodes.update((members[name], value) for name, value in props.items())
+            extra_ptr = None
+            if "additionalProperties" in validation:
+                extra_ptr = f"{part.ptr}/additionalProperties"
+                self.doc.nodes[extra_ptr] = extra
+            infos.append((members, extra_ptr))
+            names.update(dict.fromkeys(props))
+            required.update(dict.fromkeys(needed))
+        names.update(required)
+        if len(names) > MAX_CERTIFIED_PROPERTIES:
+            return None
+        needs: list[_Formula] = []
+        for name in names:
+            value: list[_Part] = []
+            for members, extra_ptr in infos:
+                if name in members:
+                    value.append(_Part(members[name]))
+                elif extra_ptr is not None:
+                    value.append(_Part(extra_ptr))
+            key = self._conj_key(value)
+            below.append(key)
+            if name in required:
+                needs.append(key)
+        extras = [_Part(extra_ptr) for _, extra_ptr in infos if extra_ptr is not None]
+        if extras:
+            below.append(self._conj_key(extras))
+        return tuple(needs)
+
+    def _conj_array(self, arrays: list[tuple[_Part, Mapping, list[str]]], below: list[str]) -> _Formula | None:
+        """The productivity the merged array of ``arrays`` needs, adding its items' conjunction to ``below``;
+        False when no array holds; None when not certified."""
+        lo, hi = 0, None
+        items: list[_Part] = []
+        none = False
+        for part, node, validation in arrays:
+            for kw in ("minItems", "maxItems"):
+                bound = node.get(kw) if kw in validation else None
+                if bound is None:
+                    continue
+                if type(bound) is not int or not 0 <= bound <= MAX_CERTIFIED_ITEMS:
+                    return None
+                lo, hi = (max(lo, bound), hi) if kw == "minItems" else (lo, bound if hi is None else min(hi, bound))
+            value = node.get("items", True) if "items" in validation else True
+            if value is False:
+                none = True
+            elif type(value) is dict:
+                items.append(_Part(f"{part.ptr}/items"))
+                self.doc.nodes[f"{part.ptr}/items"] = value
+            elif value is not True:
+                return None
+        if hi is not None and lo > hi:
+            return False
+        if none:
+            return lo == 0
+        if not items:
+            return True
+        key = self._conj_key(items)
+        below.append(key)
+        return key if lo else True
+
     def _as_type(self, ptr: str, kind: frozenset[str], hops: int) -> _Formula:
         """The productivity of the subschema at ``ptr`` (a branch, certified on its own) restricted to values of the
         types ``kind``, or False when that is not shown (the branch may then hold no such value, which lowering
@@ -331,7 +630,7 @@ class _Deferral:
         if type(node) is not dict or hops <= 0:
             return False
         validation = self._validation_keywords(ptr, node)
-        if validation is None:
+        if validation is None or not _CONJOINING.isdisjoint(validation):
             return False
         if "$ref" in node:
             target = self._target(ptr, node["$ref"])
@@ -384,6 +683,16 @@ class _Deferral:
             raise
         except (JsonSchemaError, _NotNegatable, _TooLarge, RecursionError):
             return False
+
+    def _by_kind(self, branches: tuple[str, ...], origin: str) -> list[tuple[_Part, ...]] | None:
+        """The alternatives a ``oneOf`` whose branches are not pairwise disjoint is lowered as when, kind of value
+        by kind, they are (:meth:`one_of_by_kind`); None when that is not shown."""
+        try:
+            return self.one_of_by_kind([_Part(b) for b in branches], origin)
+        except _TIME_LIMIT:
+            raise
+        except (JsonSchemaError, _NotNegatable, _TooLarge, RecursionError):
+            return None
 
     @staticmethod
     def _some_value(node: Mapping, validation: list[str], types: set[str]) -> bool:
@@ -481,13 +790,13 @@ class _Deferral:
         if names and not _plain_names(names):
             return None
         members = {name: f"{ptr}/properties/{_escape_token(name)}" for name in props}
-        below.extend(members.values())
         nodes = self.doc.nodes
         for name, member in members.items():
             nodes[member] = props[name]
         patterns = node.get("patternProperties", {})
-        if patterns and not self._patterns_hold(ptr, patterns, [*props, *required], extra, below):
+        if patterns and not self._patterns_hold(ptr, patterns, members, [*props, *required], extra, below):
             return None
+        below.extend(members.values())
         closed = extra is False or (
             not self.ap_default and props and "additionalProperties" not in node and "patternProperties" not in node
         )
@@ -507,26 +816,41 @@ class _Deferral:
                 needs.append(extra_ptr or True)
         return tuple(needs)
 
-    def _patterns_hold(self, ptr: str, patterns: Any, names: list[str], extra: Any, below: list[str]) -> bool:
-        """At most one ``patternProperties`` pattern, supported, that matches none of the object's ``names`` (their
-        values are then those of ``properties`` alone), and whose keys' automata can be built: they are built now
-        (:meth:`pattern_key`), for the lowering to read. Adds the pattern's subschema to ``below``."""
+    def _patterns_hold(self, ptr: str, patterns: Any, members: dict[str, str], names: list[str], extra: Any,
+                       below: list[str]) -> bool:  # fmt: skip
+        """At most one ``patternProperties`` pattern, supported, whose keys' automata can be built: they are built
+        now (:meth:`pattern_key`), for the lowering to read. The object's ``names`` it matches must be declared:
+        each such member's value becomes the conjunction of its subschema and the pattern's in ``members``
+        (unless the two say the same, :meth:`same`, or the pattern's says nothing). Adds the pattern's subschema
+        to ``below``."""
         if not isinstance(patterns, dict) or len(patterns) > 1:
             return False
-        for pattern in patterns:
+        for pattern, value in patterns.items():
             try:
                 searched = _searched(pattern)
             except (RegexError, _TooLarge):
                 return False
-            if any(searched.accepts(name) for name in names):
-                return False
-            below.append(f"{ptr}/patternProperties/{_escape_token(pattern)}")
+            pattern_ptr = f"{ptr}/patternProperties/{_escape_token(pattern)}"
+            matched = [name for name in names if searched.accepts(name)]
+            if matched and not self._says_nothing(pattern_ptr, value):
+                for name in matched:
+                    if name not in members:
+                        return False
+                    if not self.same(_Part(members[name]), _Part(pattern_ptr)):
+                        members[name] = self._conj_key((_Part(members[name]), _Part(pattern_ptr)))
+            below.append(pattern_ptr)
             for chosen in (frozenset({pattern}), frozenset()):
                 if not chosen and extra is False:
                     continue  # a key no pattern matches has no valid value: no member, no key
                 if isinstance(self.pattern_key((pattern,), chosen, names), str):
                     return False
         return True
+
+    def _says_nothing(self, ptr: str, node: Any) -> bool:
+        """Whether the subschema ``node`` at ``ptr`` holds for every value: ``true``, or an object of annotations
+        alone, which the lowering drops from a conjunction. Keeps the node in the document's node cache."""
+        self.doc.nodes[ptr] = node
+        return node is True or (type(node) is dict and not self.live_keys(_Part(ptr)))
 
     @staticmethod
     def _array_needs(ptr: str, node: Mapping, below: list[str]) -> _Formula | None:
@@ -549,6 +873,17 @@ class _Deferral:
 
 #: References and branches :meth:`_Deferral._as_type` follows from a branch read as a type's values.
 _MAX_TYPED_HOPS = 8
+
+
+def _kinds_of(types: frozenset[str]) -> set[str]:
+    """The kinds of JSON values ``types`` allow, integers apart from other numbers (an ``integer`` and a
+    ``number`` intersect in the integers)."""
+    kinds = set(types - {"integer", "number"})
+    if "number" in types:
+        kinds.update(("int", "frac"))
+    elif "integer" in types:
+        kinds.add("int")
+    return kinds
 
 
 def _types_of(value: Any) -> frozenset[str] | None:

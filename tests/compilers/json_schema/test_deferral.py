@@ -150,8 +150,12 @@ def test_a_lazy_structure_masks_like_the_eager_one_on_the_gemma_vocabulary(gemma
         {"type": "integer", "minimum": 1.2, "maximum": 1.8},  # no integer between
         {"type": "integer", "multipleOf": 3},  # not in the certified set
         {"oneOf": [{"type": "integer"}, {"type": "number"}]},  # overlapping branches
-        {"allOf": [{"type": "string"}]},  # a conjunction
+        {"allOf": [{"type": "string", "pattern": "^a"}, {"pattern": "b$"}]},  # two parts constrain strings
+        {"allOf": [{"type": "integer", "minimum": 1}, {"maximum": 9}]},  # two parts constrain numbers
+        {"allOf": [{"$ref": "#/properties/v"}]},  # a conjunction with itself
+        {"allOf": [{"type": "object"}, {"minProperties": 1}]},  # a part not certified
         {"not": {"type": "string"}},
+        {"type": "object", "dependencies": {"a": ["b"], "b": ["c"], "c": ["d"], "d": ["e"], "e": ["f"]}},  # five
         {"type": "object", "minProperties": 1},
         {"type": "object", "required": ["a"], "additionalProperties": False},  # a required name never allowed
         {"type": "object", "required": ["a"], "properties": {"a": {"$ref": "#/properties/v"}}},  # never completes
@@ -164,10 +168,9 @@ def test_a_lazy_structure_masks_like_the_eager_one_on_the_gemma_vocabulary(gemma
         {"anyOf": [{"$ref": "#/properties/v"}, {"type": "null"}]},  # a cycle without descending
         {"type": "object", "properties": {"\ud800": {"type": "string"}}},  # a name no UTF-8 text spells
         {"type": "object", "patternProperties": {"^a": {"type": "string"}, "b$": {"type": "integer"}}},  # two
-        {"type": "object", "properties": {"ab": {"type": "string"}}, "patternProperties": {"^a": {"type": "integer"}}},
         {"type": "object", "required": ["ab"], "patternProperties": {"^a": {"type": "integer"}}},  # a required match
         {"type": "object", "patternProperties": {"(?<=a)b": {}}},  # a pattern refused
-        {"type": "object", "patternProperties": {"^a": {"allOf": [{"type": "string"}]}}},  # its value not certified
+        {"type": "object", "patternProperties": {"^a": {"not": {"type": "string"}}}},  # its value not certified
     ],
 )
 def test_what_lowering_could_refuse_or_find_empty_is_not_put_off(value, put_off_all):
@@ -270,6 +273,92 @@ def test_the_keys_of_a_pattern_are_built_once_per_process(monkeypatch, put_off_a
         assert _same_outcomes(schema, [{"v": {"id": 1, "x-a": [2]}}, {"w": {"x-": None}}, {"v": {"y": 1}}])
     names = frozenset({"id"})
     assert sorted(built, key=repr) == [(("^x-",), frozenset(), names), (("^x-",), frozenset({"^x-"}), names)]
+
+
+CONJUNCTIONS = {
+    "$defs": {
+        "ref": {
+            "type": "object",
+            "properties": {"id": {"type": "string"}, "kind": {"type": "string"}, "site": {"type": "string"}},
+            "required": ["id"],
+            "additionalProperties": False,
+            "dependencies": {"site": {"properties": {"kind": {"enum": ["section"]}}}},
+        },
+        "tags": {"type": "array", "items": {"enum": ["x", "y", "z"]}, "maxItems": 2},
+    }
+}
+
+
+@pytest.mark.parametrize(
+    ("value", "productive"),
+    [
+        ({"allOf": [{"$ref": "#/$defs/ref"}, {"properties": {"kind": {"enum": ["site", "section"]}}}]}, True),
+        ({"allOf": [{"$ref": "#/$defs/ref"}, {"required": ["kind", "site"]}]}, True),
+        ({"allOf": [{"$ref": "#/$defs/tags"}, {"minItems": 1, "items": {"enum": ["y", "w"]}}]}, True),
+        ({"allOf": [{"$ref": "#/$defs/ref"}, {"properties": {"id": {"enum": [1]}}}]}, False),  # no id left
+        ({"allOf": [{"type": "string"}, {"type": "integer"}]}, False),  # no type left
+        ({"allOf": [{"$ref": "#/$defs/ref"}, {"required": ["other"]}]}, False),  # a name never allowed
+        ({"type": "object", "properties": {"a": {"type": "string"}, "b": {}}, "dependencies": {"a": ["b"]}}, True),
+        ({"type": "object", "properties": {"a": {"not": {}}, "b": {"type": "integer"}}}, True),
+        ({"type": "object", "properties": {"a": {"not": {}}}, "required": ["a"]}, False),
+        ({"properties": {"ab": {"type": "string"}}, "patternProperties": {"^a": {"minLength": 2}}}, True),
+        ({"properties": {"ab": {"type": "string"}}, "patternProperties": {"^a": {"type": "integer"}}}, True),
+        (
+            {
+                "type": "object",
+                "oneOf": [
+                    {"properties": {"m": {"enum": ["c"]}, "n": {"type": "string"}}, "additionalProperties": False},
+                    {"properties": {"m": {"enum": ["r"]}, "id": {}}, "required": ["id"], "additionalProperties": False},
+                ],
+            },
+            True,
+        ),  # exclusive among objects only: lowered kind by kind
+    ],
+)
+def test_conjunctions_are_certified_as_their_lowering_reads_them(value, productive, put_off_all):
+    """``allOf``, dependencies, ``not`` of nothing, a property a pattern also matches and a ``oneOf`` exclusive
+    kind by kind: their parts are merged as the lowering merges them, members and items as conjunctions of their
+    own; one that holds for no value is certified as such (the lowering finds it empty, and drops the property)."""
+    schema = {**CONJUNCTIONS, "type": "object", "properties": {"v": value}}
+    c = compiler(schema)
+    c._certify("/properties/v")
+    assert c._certified["/properties/v"]
+    assert c._productive["/properties/v"] == productive
+    deferred = schema_to_grammar(schema, lazy=True)[0].deferred  # a rule named by the parts of v's conjunction
+    assert any(name.startswith("schema:/properties/v") for name in deferred) == productive
+    values = [{}, {"v": {"id": "a"}}, {"v": {"id": "a", "kind": "section", "site": "s"}}, {"v": {"id": "a", "w": 1}}]
+    values += [{"v": {"id": "a", "kind": "site", "site": "s"}}, {"v": ["x"]}, {"v": []}, {"v": ["y"]}, {"v": "s"}]
+    values += [{"v": {"a": "s", "b": 1}}, {"v": {"a": "s"}}, {"v": {"b": 1}}, {"v": {"ab": "s"}}, {"v": {"ab": "st"}}]
+    values += [{"v": {"m": "c", "n": "s"}}, {"v": {"m": "r", "id": 1}}, {"v": {"id": 1}}, {"v": {"m": "c", "id": 1}}]
+    assert _same_outcomes(schema, values)
+
+
+def test_a_property_a_pattern_matches_with_the_same_subschema_is_one_part():
+    """A bundled schema often declares a property that its ``patternProperties`` pattern matches with the same
+    subschema: the conjunction of the two is one part (the pattern's branches are not multiplied by the
+    property's), so the value is put off whole. Equal texts at different base URIs are different subschemas."""
+    branches = {"oneOf": [{"type": "integer"}, {"type": "string", "pattern": "^[a-z]+$"}]}
+    value = {
+        "type": "object",
+        "properties": {"basic": {**branches, "title": "Basic"}},
+        "patternProperties": {".*": branches},
+    }
+    c = compiler({"type": "object", "properties": {"v": value}})
+    at = "/properties/v"
+    assert c.normalise([_Part(f"{at}/properties/basic"), _Part(f"{at}/patternProperties/.*")]) == (
+        _Part(f"{at}/properties/basic"),
+    )
+    assert _same_outcomes(
+        {"type": "object", "properties": {"v": value}},
+        [{"v": {"basic": 1}}, {"v": {"basic": "ab"}}, {"v": {"basic": "A"}}, {"v": {"other": 2}}, {"v": {"x": []}}],
+    )
+    listed = {"type": "array", "items": {"$ref": "n"}}  # the same text, whose reference each base resolves
+    near = {"$id": "http://example.com/a/", "$defs": {"n": {"type": "integer"}}, "properties": {"x": listed}}
+    far = {"$id": "http://example.com/b/", "$defs": {"n": {"type": "string"}}, "properties": {"x": listed}}
+    c = compiler({"allOf": [near, far]})
+    assert len(c.normalise([_Part("/allOf/0/properties/x"), _Part("/allOf/1/properties/x")])) == 2
+    c = compiler({"allOf": [near, near]})
+    assert len(c.normalise([_Part("/allOf/0/properties/x"), _Part("/allOf/1/properties/x")])) == 1
 
 
 def _same_outcomes(schema, values) -> bool:
