@@ -731,21 +731,22 @@ class _Deferral:
 
     @staticmethod
     def _strings_hold(node: Mapping) -> bool:
-        """Lengths in order, and a pattern or a format alone, supported, whose language is not empty."""
+        """Lengths in order, and a format alone (supported), or a pattern, or a pattern or a format with lengths,
+        whose strings lower to one automaton that matches something (:func:`_string_holds`: a counted automaton's
+        states walked, kept for its lowering to fold)."""
         lengths = _lengths(node)
         if lengths is None:
             return False
         pattern, form = node.get("pattern"), node.get("format")
         if pattern is None and form is None:
             return True
-        if (pattern is not None and form is not None) or lengths != (0, None):
-            return False
-        if form is not None:
+        if form is not None and pattern is None and lengths == (0, None):
             return isinstance(form, str) and form not in _UNSUPPORTED_FORMATS
-        if not isinstance(pattern, str):
+        key = _text_key(node)
+        if key is None:
             return False
         try:
-            return _string_holds(_StringKey((pattern,), (), (), (), ()), 0, None)
+            return _string_holds(key, *lengths)
         except (RegexError, _TooLarge):
             return False
 

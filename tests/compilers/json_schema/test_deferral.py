@@ -143,7 +143,8 @@ def test_a_lazy_structure_masks_like_the_eager_one_on_the_gemma_vocabulary(gemma
     "value",
     [
         {"type": "string", "minLength": 5, "maxLength": 2},  # unsatisfiable
-        {"type": "string", "pattern": "^[a-z]+$", "maxLength": 3},  # an intersection
+        {"type": "string", "pattern": "^[a-z]{5}$", "maxLength": 3},  # lengths no text of the pattern has
+        {"type": "string", "format": "regex", "maxLength": 5},  # a format refused, with lengths
         {"type": "string", "pattern": "[^\\s\\S]"},  # a pattern nothing matches
         {"type": "string", "pattern": "(?<=a)b"},  # a pattern refused
         {"type": "string", "format": "regex"},  # a format refused
@@ -186,6 +187,9 @@ def test_what_lowering_could_refuse_or_find_empty_is_not_put_off(value, put_off_
         {"type": ["string", "null"], "maxLength": 4},
         {"type": "string", "pattern": "^[a-z]{2,5}$"},
         {"type": "string", "format": "date-time"},
+        {"type": "string", "pattern": "^[a-z]+$", "maxLength": 3},  # the counted automaton's states walked now
+        {"type": "string", "format": "date", "minLength": 10},
+        {"type": "string", "format": "email", "minLength": 3, "pattern": "^x"},  # a format, a pattern and lengths
         {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
         {"type": "integer", "minimum": 1, "maximum": 1},
         {"enum": [1, "a", None]},
