@@ -118,9 +118,7 @@ class _Deferral:
         """A subschema of type string that says nothing but its lengths, a pattern and a format, whose counted
         automaton this process has not built and is costly to build (:func:`_costly_string`), and whose strings
         lower to one automaton that matches something (:func:`_string_holds`: its states walked, not folded).
-
-        Such strings stay out of the certificate of whole subtrees: certifying one costs a walk of its states,
-        which a subtree put off with it would only repay when a matcher reaches it."""
+        Such a string is put off on its own, in a schema of any size up to :data:`MAX_DEFERRING_NODES`."""
         if type(node) is not dict or node.get("type") != "string" or "$ptr" in node:
             return False
         if "maxLength" not in node and "minLength" not in node:
