@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from itertools import product
 from typing import Any
 
 from constrain.automata.regex import RegexError
@@ -35,7 +34,7 @@ from constrain.compilers.json_schema.formats import _FORMATS, _UNSUPPORTED_FORMA
 from constrain.compilers.json_schema.keywords import _DRAFT3_ONLY, _VALIDATION, _Part
 from constrain.compilers.json_schema.rules import _cyclic_part, _sccs
 from constrain.compilers.json_schema.strings import _costly_string, _searched, _string_holds, _StringKey
-from constrain.compilers.json_schema.values import _compact_text, _is_utf8, _to_decimal
+from constrain.compilers.json_schema.values import _ALL_KINDS, _compact_text, _is_utf8, _kinds_of_type, _to_decimal
 from constrain.errors import JsonSchemaError
 
 #: The validation keywords a certified subschema may use.
@@ -77,14 +76,14 @@ _ARRAY_KEYWORDS = frozenset({"items", "minItems", "maxItems"})
 #: keywords a certified conjunction may split on, in the order the lowering tries them.
 _CONJOINING = frozenset({"allOf", "not", "dependencies", "dependentRequired"})
 _CERTIFIED_BRANCHING = ("anyOf", "oneOf", "not", "dependentRequired", "dependencies")
-#: Most triggers of a subschema's dependencies the certificate splits it by (the lowering allows more).
+#: Most triggers of a subschema's dependencies the certificate splits it by, counted as the alternatives of that
+#: many (a required trigger is one alternative, not two; the lowering allows more).
 MAX_CERTIFIED_DEPENDENCIES = 4
 _STRING_KEYWORDS = frozenset({"minLength", "maxLength", "pattern", "format"})
 _COSTLY_STRING_KEYWORDS = _STRING_KEYWORDS | {"type"}
 _NUMBER_KEYWORDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
 _TYPE_NAMES = frozenset({"null", "boolean", "integer", "number", "string", "array", "object"})
 _ONE_TYPE = {name: frozenset({name}) for name in _TYPE_NAMES}
-_KINDS = frozenset({"null", "boolean", "int", "frac", "string", "array", "object"})
 #: The productivity of a subschema no value satisfies.
 _NO_VALUE = ("any", ())
 
@@ -449,50 +448,22 @@ class _Deferral:
                 alternatives = self._by_kind(ptrs, f"{part.ptr}/oneOf")
                 if alternatives is None:
                     return None
-        else:
-            alternatives = self._dependency_alternatives(parts, part, kw, node[kw])
-            if alternatives is None:
+        else:  # the lowering's own split: each trigger absent, or present with what it needs
+            if type(node[kw]) is not dict:
+                return None
+            try:
+                alternatives = self.alternatives(part, kw, node, parts)
+            except (JsonSchemaError, TypeError):  # too many triggers; a name that is not a string
+                return None
+            if len(alternatives) > 2**MAX_CERTIFIED_DEPENDENCIES:
                 return None
         base = tuple(p._replace(skip=p.skip | {kw}) if p == part else p for p in parts)
         keys = tuple(dict.fromkeys(self._conj_key((*base, *extra)) for extra in alternatives))
         return ("any", keys), keys, ()
 
-    def _dependency_alternatives(
-        self, parts: tuple[_Part, ...], part: _Part, kw: str, value: Any
-    ) -> list[tuple[_Part, ...]] | None:
-        """The alternatives the lowering splits dependencies into (each trigger absent, or present with what it
-        needs: the same synthetic subschemas, shared per document), for at most
-        :data:`MAX_CERTIFIED_DEPENDENCIES` triggers."""
-        if type(value) is not dict:
-            return None
-        required: set[str] = set()
-        for p in parts:
-            names = self.node(p.ptr).get("required")
-            if "required" not in p.skip and type(names) is list:
-                required.update(names)
-        choices = []
-        for trigger, dependency in value.items():
-            origin = f"{part.ptr}/{kw}/{_escape_token(trigger)}"
-            if kw == "dependentRequired" or type(dependency) is list:
-                if type(dependency) is not list or not all(type(name) is str for name in dependency):
-                    return None
-                if not dependency or set(dependency) <= required:
-                    continue
-                present: tuple[_Part, ...] = (self.synthetic(origin, {"required": [trigger, *dependency]}),)
-            else:
-                self.doc.nodes[origin] = dependency
-                if dependency is True:
-                    continue
-                present = (self.synthetic(origin, {"required": [trigger]}), _Part(origin))
-            absent = (self.synthetic(origin, {"properties": {trigger: False}}),)
-            choices.append([present] if trigger in required else [absent, present])
-        if len(choices) > MAX_CERTIFIED_DEPENDENCIES:
-            return None
-        return [tuple(p for chosen in combo for p in chosen) for combo in product(*choices)]
-
     def _conj_merge(self, parts: tuple[_Part, ...], validations: list[list[str]]) -> tuple | None:
         """The conjunction ``parts`` with nothing to branch on, merged kind by kind as the lowering merges it."""
-        kinds = set(_KINDS)
+        kinds = set(_ALL_KINDS)
         strings = numbers = None
         objects: list[tuple[_Part, Mapping, list[str]]] = []
         arrays: list[tuple[_Part, Mapping, list[str]]] = []
@@ -502,7 +473,7 @@ class _Deferral:
                 types = _types_of(node["type"])
                 if types is None:
                     return None
-                kinds &= _kinds_of(types)
+                kinds &= _kinds_of_type(types)
             if not _STRING_KEYWORDS.isdisjoint(validation):
                 if strings is not None or not self._strings_hold(node):
                     return None
@@ -872,17 +843,6 @@ class _Deferral:
 
 #: References and branches :meth:`_Deferral._as_type` follows from a branch read as a type's values.
 _MAX_TYPED_HOPS = 8
-
-
-def _kinds_of(types: frozenset[str]) -> set[str]:
-    """The kinds of JSON values ``types`` allow, integers apart from other numbers (an ``integer`` and a
-    ``number`` intersect in the integers)."""
-    kinds = set(types - {"integer", "number"})
-    if "number" in types:
-        kinds.update(("int", "frac"))
-    elif "integer" in types:
-        kinds.add("int")
-    return kinds
 
 
 def _types_of(value: Any) -> frozenset[str] | None:
