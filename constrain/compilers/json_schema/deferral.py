@@ -40,9 +40,10 @@ from constrain.errors import JsonSchemaError
 #: The validation keywords a certified subschema may use.
 CERTIFIED_KEYWORDS = frozenset(
     {
-        "type", "enum", "const", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
-        "minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-        "$ref", "anyOf", "oneOf", "patternProperties", "not", "dependencies", "dependentRequired", "allOf",
+        "type", "enum", "const", "properties", "required", "additionalProperties", "patternProperties", "items",
+        "additionalItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
+        "exclusiveMinimum", "exclusiveMaximum", "$ref", "anyOf", "oneOf", "not", "dependencies", "dependentRequired",
+        "allOf",
     }
 )  # fmt: skip
 #: A value is put off only when its subschema reaches at least this many subschemas: writing a rule later costs a
@@ -68,10 +69,13 @@ _UNREAD = object()
 
 #: The keywords through which a subschema reaches others.
 _REACHING = frozenset(
-    {"$ref", "anyOf", "oneOf", "allOf", "properties", "additionalProperties", "patternProperties", "items"}
-)
+    {
+        "$ref", "anyOf", "oneOf", "allOf", "properties", "additionalProperties", "patternProperties", "items",
+        "additionalItems",
+    }
+)  # fmt: skip
 _OBJECT_KEYWORDS = frozenset({"properties", "required", "additionalProperties", "patternProperties"})
-_ARRAY_KEYWORDS = frozenset({"items", "minItems", "maxItems"})
+_ARRAY_KEYWORDS = frozenset({"items", "additionalItems", "minItems", "maxItems"})
 #: The keywords that make a subschema a conjunction of others (:meth:`_Deferral._conj_local`), and the branching
 #: keywords a certified conjunction may split on, in the order the lowering tries them.
 _CONJOINING = frozenset({"allOf", "not", "dependencies", "dependentRequired"})
@@ -328,11 +332,11 @@ class _Deferral:
                 return None
             if "object" in types:
                 terms.append(("all", needs))
-        if "array" in types or "items" in node or "minItems" in node or "maxItems" in node:
-            needs = self._array_needs(ptr, node, below)
+        if "array" in types:
+            needs = self._conj_array([(_Part(ptr), node, validation)], below)
             if needs is None:
                 return None
-            if "array" in types:
+            if needs is not False:
                 terms.append(needs)
         productive = True if terms and terms[0] is True else ("any", tuple(terms))
         return productive, (), tuple(below)
@@ -556,11 +560,13 @@ class _Deferral:
         return tuple(needs)
 
     def _conj_array(self, arrays: list[tuple[_Part, Mapping, list[str]]], below: list[str]) -> _Formula | None:
-        """The productivity the merged array of ``arrays`` needs, adding its items' conjunction to ``below``;
-        False when no array holds; None when not certified."""
+        """The productivity the merged array of ``arrays`` needs, adding the conjunctions of its positions and of
+        the items after them to ``below``; False when no array holds; None when not certified. An ``items`` list
+        (with ``additionalItems`` after it) is read position by position, as the lowering reads it: the array
+        holds when the positions up to ``minItems`` do, and the items after them when it needs more."""
         lo, hi = 0, None
-        items: list[_Part] = []
-        none = False
+        shapes: list[tuple[list[str], str | None]] = []  # per part: its positions, and what follows them
+        nodes = self.doc.nodes
         for part, node, validation in arrays:
             for kw in ("minItems", "maxItems"):
                 bound = node.get(kw) if kw in validation else None
@@ -570,22 +576,38 @@ class _Deferral:
                     return None
                 lo, hi = (max(lo, bound), hi) if kw == "minItems" else (lo, bound if hi is None else min(hi, bound))
             value = node.get("items", True) if "items" in validation else True
-            if value is False:
-                none = True
-            elif type(value) is dict:
-                items.append(_Part(f"{part.ptr}/items"))
-                self.doc.nodes[f"{part.ptr}/items"] = value
-            elif value is not True:
+            prefix: list[str] = []
+            if type(value) is list:
+                if len(value) > MAX_CERTIFIED_ITEMS:
+                    return None
+                prefix = [f"{part.ptr}/items/{i}" for i in range(len(value))]
+                nodes.update(zip(prefix, value))
+                rest = f"{part.ptr}/additionalItems"
+                value = node.get("additionalItems", True) if "additionalItems" in validation else True
+            else:
+                rest = f"{part.ptr}/items"
+            if type(value) is not bool and type(value) is not dict:
                 return None
+            if value is not True:
+                nodes[rest] = value
+            shapes.append((prefix, None if value is True else rest))
         if hi is not None and lo > hi:
             return False
-        if none:
-            return lo == 0
-        if not items:
-            return True
-        key = self._conj_key(items)
-        below.append(key)
-        return key if lo else True
+        needs: list[_Formula] = []
+        k = max((len(prefix) for prefix, _ in shapes), default=0)
+        for i in range(k if hi is None else min(k, hi)):
+            at = [prefix[i] if i < len(prefix) else rest for prefix, rest in shapes]
+            key = self._conj_key(_Part(ptr) for ptr in at if ptr is not None)
+            below.append(key)
+            if i < lo:
+                needs.append(key)
+        rests = [_Part(rest) for _, rest in shapes if rest is not None]
+        if rests and (hi is None or hi > k):
+            key = self._conj_key(rests)
+            below.append(key)
+            if lo > k:
+                needs.append(key)
+        return needs[0] if len(needs) == 1 else ("all", tuple(needs)) if needs else True
 
     def _as_type(self, ptr: str, kind: frozenset[str], hops: int) -> _Formula:
         """The productivity of the subschema at ``ptr`` (a branch, certified on its own) restricted to values of the
@@ -632,8 +654,8 @@ class _Deferral:
             if needs is not None:
                 terms.append(("all", needs))
         if "array" in kind:
-            needs = self._array_needs(ptr, node, [])
-            if needs is not None:
+            needs = self._conj_array([(_Part(ptr), node, validation)], [])
+            if needs is not None and needs is not False:
                 terms.append(needs)
         return ("any", tuple(terms)) if terms else False
 
@@ -821,24 +843,6 @@ class _Deferral:
         alone, which the lowering drops from a conjunction. Keeps the node in the document's node cache."""
         self.doc.nodes[ptr] = node
         return node is True or (type(node) is dict and not self.live_keys(_Part(ptr)))
-
-    @staticmethod
-    def _array_needs(ptr: str, node: Mapping, below: list[str]) -> _Formula | None:
-        """The productivity an array needs, adding its items' subschema to ``below``; None when it is not
-        certified."""
-        items = node.get("items", True)
-        lo, hi = node.get("minItems", 0), node.get("maxItems")
-        for bound in (lo, hi):
-            if bound is not None and (type(bound) is not int or not 0 <= bound <= MAX_CERTIFIED_ITEMS):
-                return None
-        if (hi is not None and lo > hi) or not isinstance(items, (dict, bool)):
-            return None
-        if items is False:
-            return True if lo == 0 else None
-        if isinstance(items, dict):
-            below.append(f"{ptr}/items")
-            return f"{ptr}/items" if lo else True
-        return True
 
 
 #: References and branches :meth:`_Deferral._as_type` follows from a branch read as a type's values.

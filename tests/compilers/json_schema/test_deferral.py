@@ -337,6 +337,40 @@ def test_conjunctions_are_certified_as_their_lowering_reads_them(value, producti
     assert _same_outcomes(schema, values)
 
 
+@pytest.mark.parametrize(
+    ("value", "productive"),
+    [
+        ({"type": "array", "items": [{"type": "string"}, {"type": "integer"}], "additionalItems": False}, True),
+        ({"type": "array", "items": [{"type": "string"}], "additionalItems": {"type": "integer"}, "minItems": 3}, True),
+        ({"type": "array", "items": [{"not": {}}, {"type": "string"}]}, True),  # the empty array
+        ({"type": "array", "items": [{"type": "string"}, {"not": {}}], "minItems": 2}, False),  # no second item
+        ({"type": "array", "items": [{"type": "string"}], "additionalItems": False, "minItems": 2}, False),
+        ({"allOf": [{"items": [{"type": "string"}]}, {"type": "array", "items": {"minLength": 2}}]}, True),
+        (
+            {
+                "allOf": [
+                    {"type": "array", "items": [{"type": "string"}], "minItems": 1},
+                    {"items": {"type": "integer"}},
+                ]
+            },
+            False,
+        ),
+    ],
+)
+def test_item_lists_are_certified_position_by_position(value, productive, put_off_all):
+    """A draft-07 ``items`` list (with ``additionalItems``): each position is the conjunction of what every part
+    says of it, and the array holds when the positions ``minItems`` needs do."""
+    schema = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object", "properties": {"v": value}}
+    c = compiler(schema)
+    c._certify("/properties/v")
+    assert c._certified["/properties/v"]
+    assert c._productive["/properties/v"] == productive
+    deferred = schema_to_grammar(schema, lazy=True)[0].deferred
+    assert any(name.startswith("schema:/properties/v") for name in deferred) == productive
+    values = [{}, {"v": []}, {"v": ["a"]}, {"v": ["a", 1]}, {"v": ["a", 1, 2]}, {"v": ["a", "b"]}, {"v": [1]}]
+    assert _same_outcomes(schema, [*values, {"v": ["ab"]}, {"v": ["ab", 3]}, {"v": ["ab", "cd", 3]}])
+
+
 def test_a_property_a_pattern_matches_with_the_same_subschema_is_one_part():
     """A bundled schema often declares a property that its ``patternProperties`` pattern matches with the same
     subschema: the conjunction of the two is one part (the pattern's branches are not multiplied by the
