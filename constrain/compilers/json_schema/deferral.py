@@ -318,28 +318,7 @@ class _Deferral:
             return None
         if "enum" in node or "const" in node:
             return (True, (), ()) if self._some_value(node, validation, types) else None
-        if not _STRING_KEYWORDS.isdisjoint(validation) and not self._strings_hold(node):
-            return None
-        if not _NUMBER_KEYWORDS.isdisjoint(validation) and not self._numbers_hold(node, types):
-            return None
-        terms: list[_Formula] = []
-        below: list[str] = []
-        if types - {"object", "array"}:
-            terms.append(True)
-        if "object" in types or not _OBJECT_KEYWORDS.isdisjoint(validation):
-            needs = self._object_needs(ptr, node, below)
-            if needs is None:
-                return None
-            if "object" in types:
-                terms.append(("all", needs))
-        if "array" in types:
-            needs = self._conj_array([(_Part(ptr), node, validation)], below)
-            if needs is None:
-                return None
-            if needs is not False:
-                terms.append(needs)
-        productive = True if terms and terms[0] is True else ("any", tuple(terms))
-        return productive, (), tuple(below)
+        return self._conj_merge((_Part(ptr),), [validation])
 
     # -- conjunctions ------------------------------------------------------------------------------------------
 
@@ -512,31 +491,39 @@ class _Deferral:
         return productive, (), tuple(below)
 
     def _conj_object(self, objects: list[tuple[_Part, Mapping, list[str]]], below: list[str]) -> tuple | None:
-        """The productivity the merged object of ``objects`` needs (a term per required property), adding its
-        members' conjunctions to ``below``; None when not certified (a pattern among them, an option closing
-        objects by default)."""
-        if not self.ap_default:
-            return None
-        infos: list[tuple[dict[str, str], str | None]] = []
+        """The productivity the merged object of ``objects`` needs (a term per required property), adding the
+        conjunctions of its members and of its other keys to ``below``; None when not certified. A name's value is
+        the conjunction of what each part says of it: its property, else its ``additionalProperties`` (``false``
+        in a part :meth:`closed_by_default` closes). A ``patternProperties`` pattern is read in an object of one
+        part (:meth:`_patterns_hold`)."""
+        infos: list[tuple[dict[str, str], str | None, bool]] = []  # per part: members, other keys, closed
         names: dict[str, None] = {}
         required: dict[str, None] = {}
+        nodes = self.doc.nodes
         for part, node, validation in objects:
             props = node.get("properties", {}) if "properties" in validation else {}
             needed = node.get("required", []) if "required" in validation else []
-            extra = node.get("additionalProperties", True) if "additionalProperties" in validation else True
-            if "patternProperties" in validation or type(props) is not dict or type(needed) is not list:
+            if type(props) is not dict or len(props) > MAX_CERTIFIED_PROPERTIES or type(needed) is not list:
                 return None
-            if not isinstance(extra, (bool, dict)) or (needed and not _plain_names(tuple(needed))):
-                return None
-            if props and not _plain_names(tuple(props)):
+            if (props and not _plain_names(tuple(props))) or (needed and not _plain_names(tuple(needed))):
                 return None
             members = {name: f"{part.ptr}/properties/{_escape_token(name)}" for name in props}
-            self.doc.nodes.update((members[name], value) for name, value in props.items())
-            extra_ptr = None
+            nodes.update((members[name], value) for name, value in props.items())
+            extra, extra_ptr = True, None
             if "additionalProperties" in validation:
-                extra_ptr = f"{part.ptr}/additionalProperties"
-                self.doc.nodes[extra_ptr] = extra
-            infos.append((members, extra_ptr))
+                extra, extra_ptr = node["additionalProperties"], f"{part.ptr}/additionalProperties"
+                if type(extra) is not bool and type(extra) is not dict:
+                    return None
+                nodes[extra_ptr] = extra
+            if "patternProperties" in validation:
+                if len(objects) > 1:
+                    return None
+                if not self._patterns_hold(
+                    part.ptr, node["patternProperties"], members, [*props, *needed], extra, below
+                ):
+                    return None
+            closed = not self.ap_default and self.closed_by_default(node, set(self.live_keys(part)))
+            infos.append((members, extra_ptr, closed))
             names.update(dict.fromkeys(props))
             required.update(dict.fromkeys(needed))
         names.update(required)
@@ -544,18 +531,25 @@ class _Deferral:
             return None
         needs: list[_Formula] = []
         for name in names:
-            value: list[_Part] = []
-            for members, extra_ptr in infos:
+            value: list[_Part] | None = []
+            for members, extra_ptr, closed in infos:
                 if name in members:
                     value.append(_Part(members[name]))
+                elif closed:
+                    value = None  # the name is not allowed
+                    break
                 elif extra_ptr is not None:
                     value.append(_Part(extra_ptr))
-            key = self._conj_key(value)
-            below.append(key)
-            if name in required:
-                needs.append(key)
-        extras = [_Part(extra_ptr) for _, extra_ptr in infos if extra_ptr is not None]
-        if extras:
+            if value is None:
+                if name in required:
+                    needs.append(_NO_VALUE)
+            elif value:
+                key = self._conj_key(value)
+                below.append(key)
+                if name in required:
+                    needs.append(key)
+        extras = [_Part(extra_ptr) for _, extra_ptr, _ in infos if extra_ptr is not None]
+        if extras and not any(closed for _, _, closed in infos):
             below.append(self._conj_key(extras))
         return tuple(needs)
 
@@ -650,7 +644,7 @@ class _Deferral:
         if not kind.isdisjoint(("number", "integer")) and _NUMBER_KEYWORDS.isdisjoint(validation):
             terms.append(True)
         if "object" in kind:
-            needs = self._object_needs(ptr, node, [])
+            needs = self._conj_object([(_Part(ptr), node, validation)], [])
             if needs is not None:
                 terms.append(("all", needs))
         if "array" in kind:
@@ -769,44 +763,6 @@ class _Deferral:
         least = math.floor(lo) + 1 if lo_strict or lo != math.floor(lo) else int(lo)
         most = math.ceil(hi) - 1 if hi_strict or hi != math.ceil(hi) else int(hi)
         return least <= most
-
-    def _object_needs(self, ptr: str, node: Mapping, below: list[str]) -> tuple[_Formula, ...] | None:
-        """The productivity an object needs (one term per required property), adding the subschemas of its
-        members to ``below``; None when it is not certified."""
-        props = node.get("properties", {})
-        required = node.get("required", [])
-        extra = node.get("additionalProperties", True)
-        if not isinstance(props, dict) or len(props) > MAX_CERTIFIED_PROPERTIES or not isinstance(required, list):
-            return None
-        names = (*props, *required)
-        if names and not _plain_names(names):
-            return None
-        members = {name: f"{ptr}/properties/{_escape_token(name)}" for name in props}
-        nodes = self.doc.nodes
-        for name, member in members.items():
-            nodes[member] = props[name]
-        patterns = node.get("patternProperties", {})
-        if patterns and not self._patterns_hold(ptr, patterns, members, [*props, *required], extra, below):
-            return None
-        below.extend(members.values())
-        closed = extra is False or (
-            not self.ap_default and props and "additionalProperties" not in node and "patternProperties" not in node
-        )
-        extra_ptr = None
-        if isinstance(extra, dict):
-            extra_ptr = f"{ptr}/additionalProperties"
-            below.append(extra_ptr)
-        elif not isinstance(extra, bool):
-            return None
-        needs: list[_Formula] = []
-        for name in dict.fromkeys(required):
-            if name in members:
-                needs.append(members[name])
-            elif closed:
-                return None
-            else:
-                needs.append(extra_ptr or True)
-        return tuple(needs)
 
     def _patterns_hold(self, ptr: str, patterns: Any, members: dict[str, str], names: list[str], extra: Any,
                        below: list[str]) -> bool:  # fmt: skip

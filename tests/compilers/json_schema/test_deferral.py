@@ -66,10 +66,10 @@ def write_all(pushdown) -> int:
     return len(pushdown.rules)
 
 
-def outcome(schema, lazy: bool):
+def outcome(schema, lazy: bool, **options):
     """(error class, keyword, pointer) of a refusal, or a machine with every rule written."""
     try:
-        grammar, _ = schema_to_grammar(schema, lazy=lazy)
+        grammar, _ = schema_to_grammar(schema, lazy=lazy, **options)
         pushdown = build_pushdown(grammar, lazy=True)
     except StructureError as exc:
         return type(exc).__name__, getattr(exc, "keyword", None), getattr(exc, "pointer", None)
@@ -371,6 +371,38 @@ def test_item_lists_are_certified_position_by_position(value, productive, put_of
     assert _same_outcomes(schema, [*values, {"v": ["ab"]}, {"v": ["ab", 3]}, {"v": ["ab", "cd", 3]}])
 
 
+@pytest.mark.parametrize(
+    ("value", "productive"),
+    [
+        ({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}, True),
+        ({"type": "object", "properties": {}, "required": ["a"]}, True),  # no properties named: open
+        (
+            {"type": "object", "allOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}, "required": ["b"]}]},
+            False,
+        ),  # the first part allows no b
+        (
+            {
+                "type": "object",
+                "allOf": [{"properties": {"a": {}, "b": {}}}, {"properties": {"b": {"type": "integer"}}}],
+            },
+            True,
+        ),
+    ],
+)
+def test_objects_closed_by_default_are_certified_as_their_lowering_closes_them(value, productive, put_off_all):
+    """With ``additional_properties_default=False``, a part that names properties and nothing about other keys
+    allows no other name: a name another part requires has no value there."""
+    schema = {"type": "object", "properties": {"v": value}}
+    c = compiler(schema, ap_default=False)
+    c._certify("/properties/v")
+    assert c._certified["/properties/v"]
+    assert c._productive["/properties/v"] == productive
+    deferred = schema_to_grammar(schema, lazy=True, additional_properties_default=False)[0].deferred
+    assert any(name.startswith("schema:/properties/v") for name in deferred) == productive
+    values = [{}, {"v": {}}, {"v": {"a": "s"}}, {"v": {"b": 1}}, {"v": {"a": "s", "b": 1}}, {"v": {"c": 1}}]
+    assert _same_outcomes(schema, [*values, {"v": {"b": "s"}}], additional_properties_default=False)
+
+
 def test_a_property_a_pattern_matches_with_the_same_subschema_is_one_part():
     """A bundled schema often declares a property that its ``patternProperties`` pattern matches with the same
     subschema: the conjunction of the two is one part (the pattern's branches are not multiplied by the
@@ -399,8 +431,8 @@ def test_a_property_a_pattern_matches_with_the_same_subschema_is_one_part():
     assert len(c.normalise([_Part("/allOf/0/properties/x"), _Part("/allOf/1/properties/x")])) == 1
 
 
-def _same_outcomes(schema, values) -> bool:
-    lazy, eager = outcome(schema, True), outcome(schema, False)
+def _same_outcomes(schema, values, **options) -> bool:
+    lazy, eager = outcome(schema, True, **options), outcome(schema, False, **options)
     if isinstance(eager, tuple) or isinstance(lazy, tuple):
         return lazy == eager
     for value in values:
