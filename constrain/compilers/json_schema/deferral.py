@@ -86,6 +86,9 @@ MAX_CERTIFIED_DEPENDENCIES = 4
 _STRING_KEYWORDS = frozenset({"minLength", "maxLength", "pattern", "format"})
 _COSTLY_STRING_KEYWORDS = _STRING_KEYWORDS | {"type"}
 _NUMBER_KEYWORDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+#: The kinds of values (:data:`~constrain.compilers.json_schema.values._ALL_KINDS`) that are numbers, and containers.
+_NUMBER_KINDS = frozenset({"int", "frac"})
+_CONTAINER_KINDS = frozenset({"object", "array"})
 _TYPE_NAMES = frozenset({"null", "boolean", "integer", "number", "string", "array", "object"})
 _ONE_TYPE = {name: frozenset({name}) for name in _TYPE_NAMES}
 #: The productivity of a subschema no value satisfies.
@@ -318,7 +321,7 @@ class _Deferral:
             return None
         if "enum" in node or "const" in node:
             return (True, (), ()) if self._some_value(node, validation, types) else None
-        return self._conj_merge((_Part(ptr),), [validation])
+        return self._conj_merge([(_Part(ptr), node, validation)])
 
     # -- conjunctions ------------------------------------------------------------------------------------------
 
@@ -345,13 +348,14 @@ class _Deferral:
         parts = self._expand(given)
         if parts is None or parts is False:
             return None if parts is None else (_NO_VALUE, (), ())
-        validations = []
+        read: list[tuple[_Part, Mapping, list[str]]] = []
         for part in parts:
-            validation = self._validation_keywords(part.ptr, self.node(part.ptr))
+            node = self.node(part.ptr)
+            validation = self._validation_keywords(part.ptr, node)
             if validation is None:
                 return None
-            validations.append([kw for kw in validation if kw not in part.skip])
-        if any("enum" in v or "const" in v for v in validations):
+            read.append((part, node, [kw for kw in validation if kw not in part.skip]))
+        if any("enum" in v or "const" in v for _, _, v in read):
             try:
                 self.finite_candidates(parts)
             except _Unsatisfiable:
@@ -359,11 +363,11 @@ class _Deferral:
             except JsonSchemaError:
                 return None
             return True, (), ()
-        for part, validation in zip(parts, validations):
+        for part, _, validation in read:
             for kw in _CERTIFIED_BRANCHING:
                 if kw in validation:
                     return self._conj_branch(parts, part, kw)
-        return self._conj_merge(parts, validations)
+        return self._conj_merge(read)
 
     def _expand(self, given: Iterable[_Part]) -> tuple[_Part, ...] | bool | None:
         """The parts of a conjunction as the lowering normalises them (references followed, ``allOf`` opened,
@@ -444,19 +448,19 @@ class _Deferral:
         keys = tuple(dict.fromkeys(self._conj_key((*base, *extra)) for extra in alternatives))
         return ("any", keys), keys, ()
 
-    def _conj_merge(self, parts: tuple[_Part, ...], validations: list[list[str]]) -> tuple | None:
-        """The conjunction ``parts`` with nothing to branch on, merged kind by kind as the lowering merges it."""
-        kinds = set(_ALL_KINDS)
+    def _conj_merge(self, parts: list[tuple[_Part, Mapping, list[str]]]) -> tuple | None:
+        """The conjunction of ``parts`` (each with its node and validation keywords) with nothing to branch on,
+        merged kind by kind as the lowering merges it."""
+        kinds = _ALL_KINDS
         strings = numbers = None
         objects: list[tuple[_Part, Mapping, list[str]]] = []
         arrays: list[tuple[_Part, Mapping, list[str]]] = []
-        for part, validation in zip(parts, validations):
-            node = self.node(part.ptr)
+        for part, node, validation in parts:
             if "type" in validation:
                 types = _types_of(node["type"])
                 if types is None:
                     return None
-                kinds &= _kinds_of_type(types)
+                kinds = kinds & _kinds_of(types)
             if not _STRING_KEYWORDS.isdisjoint(validation):
                 if strings is not None or not self._strings_hold(node):
                     return None
@@ -469,12 +473,12 @@ class _Deferral:
                 objects.append((part, node, validation))
             if not _ARRAY_KEYWORDS.isdisjoint(validation):
                 arrays.append((part, node, validation))
-        if numbers is not None and kinds & {"int", "frac"}:
+        if numbers is not None and not kinds.isdisjoint(_NUMBER_KINDS):
             if not self._numbers_hold(numbers, {"number"} if "frac" in kinds else {"integer"}):
                 return None
         terms: list[_Formula] = []
         below: list[str] = []
-        if kinds - {"object", "array"}:
+        if not kinds <= _CONTAINER_KINDS:
             terms.append(True)
         if "object" in kinds:
             needs = self._conj_object(objects, below)
@@ -530,27 +534,40 @@ class _Deferral:
         if len(names) > MAX_CERTIFIED_PROPERTIES:
             return None
         needs: list[_Formula] = []
+        if len(infos) == 1:  # one part (most objects): its members' subschemas are their values
+            members, extra_ptr, closed = infos[0]
+            below.extend(members.values())
+            if extra_ptr is not None:
+                below.append(extra_ptr)
+            for name in required:
+                if name in members:
+                    needs.append(members[name])
+                elif closed:
+                    needs.append(_NO_VALUE)  # a name the part does not allow
+                elif extra_ptr is not None:
+                    needs.append(extra_ptr)
+            return tuple(needs)
         for name in names:
-            value: list[_Part] | None = []
+            value: list[str] | None = []  # the keys of the name's parts
             for members, extra_ptr, closed in infos:
                 if name in members:
-                    value.append(_Part(members[name]))
+                    value.append(members[name])
                 elif closed:
                     value = None  # the name is not allowed
                     break
                 elif extra_ptr is not None:
-                    value.append(_Part(extra_ptr))
+                    value.append(extra_ptr)
             if value is None:
                 if name in required:
                     needs.append(_NO_VALUE)
             elif value:
-                key = self._conj_key(value)
+                key = value[0] if len(value) == 1 else self._conj_key(_Part(k) for k in value)
                 below.append(key)
                 if name in required:
                     needs.append(key)
-        extras = [_Part(extra_ptr) for _, extra_ptr, _ in infos if extra_ptr is not None]
+        extras = [extra_ptr for _, extra_ptr, _ in infos if extra_ptr is not None]
         if extras and not any(closed for _, _, closed in infos):
-            below.append(self._conj_key(extras))
+            below.append(extras[0] if len(extras) == 1 else self._conj_key(_Part(k) for k in extras))
         return tuple(needs)
 
     def _conj_array(self, arrays: list[tuple[_Part, Mapping, list[str]]], below: list[str]) -> _Formula | None:
@@ -812,6 +829,18 @@ def _types_of(value: Any) -> frozenset[str] | None:
     if type(value) is list and value and _TYPE_NAMES.issuperset(value):
         return frozenset(value)
     return None
+
+
+def _kinds_of(types: frozenset[str]) -> frozenset[str]:
+    """The kinds of values ``types`` allows (:func:`_kinds_of_type`), kept per set of type names: the certificate
+    reads a ``type`` in most subschemas, and there are at most 128 such sets."""
+    kinds = _KINDS_OF.get(types)
+    if kinds is None:
+        kinds = _KINDS_OF[types] = frozenset(_kinds_of_type(types))
+    return kinds
+
+
+_KINDS_OF: dict[frozenset[str], frozenset[str]] = {}
 
 
 def _plain_names(names: tuple) -> bool:
