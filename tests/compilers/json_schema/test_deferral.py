@@ -165,6 +165,8 @@ def test_a_lazy_structure_masks_like_the_eager_one_on_the_gemma_vocabulary(gemma
         {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
         {"$schema": "http://json-schema.org/draft-07/schema#", "type": "string"},
         {"type": "string", "maxLength": 100_000_000},
+        {"type": "array", "items": {"type": "string"}, "maxItems": 10_000},  # more than MAX_CERTIFIED_ITEMS
+        {"type": "number", "maximum": 1e21},  # past MAX_CERTIFIED_MAGNITUDE
         {"$ref": "#/properties/v"},  # a reference to itself
         {"anyOf": [{"$ref": "#/properties/v"}, {"type": "null"}]},  # a cycle without descending
         {"type": "object", "properties": {"\ud800": {"type": "string"}}},  # a name no UTF-8 text spells
@@ -192,6 +194,8 @@ def test_what_lowering_could_refuse_or_find_empty_is_not_put_off(value, put_off_
         {"type": "string", "format": "email", "minLength": 3, "pattern": "^x"},  # a format, a pattern and lengths
         {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
         {"type": "integer", "minimum": 1, "maximum": 1},
+        {"type": "integer", "minimum": 0, "maximum": 18446744073709551615},  # 64-bit, 20 digits
+        {"type": "array", "items": {"type": "string"}, "maxItems": 1000},
         {"enum": [1, "a", None]},
         {"const": {"k": [1, 2]}},
         {"anyOf": [{"type": "string"}, {"type": "null"}]},
