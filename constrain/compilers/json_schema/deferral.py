@@ -9,8 +9,8 @@ Putting a rule off must not change what the compile answers, so a subschema is c
 can neither be refused (strict mode refuses at compile time, not in a mask) nor find it unsatisfiable (the caller
 would have dropped the property or refused the schema), and when some finite value satisfies it. The walk checks
 each subschema it reaches (through references, branches, properties and items) against a small set of keywords
-whose lowering is known to succeed under simple conditions (:data:`CERTIFIED_KEYWORDS`); anything else (a count of
-properties, a negation of something) keeps the value eager. A conjunction (``allOf``, a reference beside other
+whose lowering is known to succeed under simple conditions (:data:`CERTIFIED_KEYWORDS`); anything else (a
+``maxProperties``, a negation of something) keeps the value eager. A conjunction (``allOf``, a reference beside other
 keywords, dependencies, a property that a pattern also matches) is read as its lowering reads it, parts merged
 kind by kind; its members and items are conjunctions of their own, named ``&n`` in the walk
 (:meth:`_Deferral._conj_local`). A pattern is certified on the automaton of the texts it matches (shared per
@@ -32,6 +32,7 @@ from constrain.compilers.json_schema.document import _escape_token
 from constrain.compilers.json_schema.errors import _TIME_LIMIT, _NotNegatable, _TooLarge, _Unsatisfiable
 from constrain.compilers.json_schema.formats import _FORMATS, _UNSUPPORTED_FORMATS
 from constrain.compilers.json_schema.keywords import _DRAFT3_ONLY, _VALIDATION, _Part
+from constrain.compilers.json_schema.objects import MAX_COUNTED_MEMBER_RULES
 from constrain.compilers.json_schema.rules import _cyclic_part, _sccs
 from constrain.compilers.json_schema.strings import _costly_string, _searched, _string_holds, _StringKey
 from constrain.compilers.json_schema.values import _ALL_KINDS, _compact_text, _is_utf8, _kinds_of_type, _to_decimal
@@ -40,10 +41,10 @@ from constrain.errors import JsonSchemaError
 #: The validation keywords a certified subschema may use.
 CERTIFIED_KEYWORDS = frozenset(
     {
-        "type", "enum", "const", "properties", "required", "additionalProperties", "patternProperties", "items",
-        "additionalItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
-        "exclusiveMinimum", "exclusiveMaximum", "$ref", "anyOf", "oneOf", "not", "dependencies", "dependentRequired",
-        "allOf",
+        "type", "enum", "const", "properties", "required", "additionalProperties", "patternProperties", "minProperties",
+        "items", "additionalItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "minimum",
+        "maximum", "exclusiveMinimum", "exclusiveMaximum", "$ref", "anyOf", "oneOf", "not", "dependencies",
+        "dependentRequired", "allOf",
     }
 )  # fmt: skip
 #: A value is put off only when its subschema reaches at least this many subschemas: writing a rule later costs a
@@ -77,7 +78,7 @@ _REACHING = frozenset(
         "additionalItems",
     }
 )  # fmt: skip
-_OBJECT_KEYWORDS = frozenset({"properties", "required", "additionalProperties", "patternProperties"})
+_OBJECT_KEYWORDS = frozenset({"properties", "required", "additionalProperties", "patternProperties", "minProperties"})
 _ARRAY_KEYWORDS = frozenset({"items", "additionalItems", "minItems", "maxItems"})
 #: The keywords that make a subschema a conjunction of others (:meth:`_Deferral._conj_local`), and the branching
 #: keywords a certified conjunction may split on, in the order the lowering tries them.
@@ -506,8 +507,14 @@ class _Deferral:
         infos: list[tuple[dict[str, str], str | None, bool]] = []  # per part: members, other keys, closed
         names: dict[str, None] = {}
         required: dict[str, None] = {}
+        least, patterned = 0, False  # minProperties; whether a part has patternProperties
         nodes = self.doc.nodes
         for part, node, validation in objects:
+            if "minProperties" in validation:
+                count = node["minProperties"]
+                if type(count) is not int or count < 0:
+                    return None
+                least = max(least, count)
             props = node.get("properties", {}) if "properties" in validation else {}
             needed = node.get("required", []) if "required" in validation else []
             if type(props) is not dict or len(props) > MAX_CERTIFIED_PROPERTIES or type(needed) is not list:
@@ -523,6 +530,7 @@ class _Deferral:
                     return None
                 nodes[extra_ptr] = extra
             if "patternProperties" in validation:
+                patterned = True
                 if len(objects) > 1:
                     return None
                 if not self._patterns_hold(
@@ -537,40 +545,48 @@ class _Deferral:
         if len(names) > MAX_CERTIFIED_PROPERTIES:
             return None
         needs: list[_Formula] = []
+        optional: list[_Formula] = []  # the values of the names not required
         if len(infos) == 1:  # one part (most objects): its members' subschemas are their values
-            members, extra_ptr, closed = infos[0]
+            members, extra_ptr, _ = infos[0]  # closed: every required name is a member, no other key allowed
             below.extend(members.values())
-            if extra_ptr is not None:
-                below.append(extra_ptr)
             for name in required:
-                if name in members:
-                    needs.append(members[name])
-                elif closed:
-                    needs.append(_NO_VALUE)  # a name the part does not allow
-                elif extra_ptr is not None:
-                    needs.append(extra_ptr)
-            return tuple(needs)
-        for name in names:
-            value: list[str] | None = []  # the keys of the name's parts
-            for members, extra_ptr, closed in infos:
-                if name in members:
-                    value.append(members[name])
-                elif closed:
-                    value = None  # the name is not allowed
-                    break
-                elif extra_ptr is not None:
-                    value.append(extra_ptr)
-            if value is None:
-                if name in required:
-                    needs.append(_NO_VALUE)
-            elif value:
-                key = value[0] if len(value) == 1 else self._conj_key(_Part(k) for k in value)
-                below.append(key)
-                if name in required:
-                    needs.append(key)
+                value = members.get(name, extra_ptr)
+                if value is not None:
+                    needs.append(value)
+            optional.extend(key for name, key in members.items() if name not in required)
+        else:
+            for name in names:
+                value: list[str] | None = []  # the keys of the name's parts
+                for members, extra_ptr, closed in infos:
+                    if name in members:
+                        value.append(members[name])
+                    elif closed:
+                        value = None  # the name is not allowed
+                        break
+                    elif extra_ptr is not None:
+                        value.append(extra_ptr)
+                if value is None:
+                    if name in required:
+                        needs.append(_NO_VALUE)
+                    continue
+                key = True if not value else value[0] if len(value) == 1 else self._conj_key(_Part(k) for k in value)
+                if key is not True:
+                    below.append(key)
+                (needs if name in required else optional).append(key)
         extras = [extra_ptr for _, extra_ptr, _ in infos if extra_ptr is not None]
-        if extras and not any(closed for _, _, closed in infos):
-            below.append(extras[0] if len(extras) == 1 else self._conj_key(_Part(k) for k in extras))
+        other: _Formula | None = None  # the value of a key no part names; None: no such key is allowed
+        if not any(closed for _, _, closed in infos):
+            other = True
+            if extras:
+                other = extras[0] if len(extras) == 1 else self._conj_key(_Part(k) for k in extras)
+                below.append(other)
+        if least > len(required):
+            # One more member than the required ones, from the others or a key no part names: more could be met
+            # by repeating an additional key, which the lowering refuses; a count over patterns is left eager.
+            n = len(names)
+            if least > len(required) + 1 or patterned or (n + 1) ** 2 * (min(least, n) + 2) > MAX_COUNTED_MEMBER_RULES:
+                return None
+            needs.append(("any", (*optional, *([] if other is None else [other]))))
         return tuple(needs)
 
     def _conj_array(self, arrays: list[tuple[_Part, Mapping, list[str]]], below: list[str]) -> _Formula | None:

@@ -48,6 +48,11 @@ MAX_PATTERN_PROPERTIES = 4
 MEMBER_BLOCK = 16
 
 
+#: Most rules the members of an object whose properties are counted may take: (members + 1) x (counts + 2) x
+#: (members + 1) (see :meth:`_ObjectRules.members_counted`).
+MAX_COUNTED_MEMBER_RULES = 200_000
+
+
 #: Most negated ``patternProperties`` / ``propertyNames`` / ``additionalProperties`` (each needs a member that
 #: witnesses it) one object may have: the rules of its members are multiplied by 2 ** that.
 MAX_WITNESSES = 4
@@ -824,7 +829,7 @@ class _ObjectRules:
         n = len(items)
         lo, hi = sh.min_props, sh.max_props
         cap = hi if hi is not None else lo
-        if (n + 1) * (min(cap, n) + 2) * (n + 1) > 200_000:
+        if (n + 1) * (min(cap, n) + 2) * (n + 1) > MAX_COUNTED_MEMBER_RULES:
             at = sh.max_props_at if hi is not None else sh.min_props_at
             self.refuse(at[0], at[1], "counting this many optional properties needs too many rules", "ignored")
             return None

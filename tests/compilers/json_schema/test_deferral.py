@@ -154,10 +154,11 @@ def test_a_lazy_structure_masks_like_the_eager_one_on_the_gemma_vocabulary(gemma
         {"allOf": [{"type": "string", "pattern": "^a"}, {"pattern": "b$"}]},  # two parts constrain strings
         {"allOf": [{"type": "integer", "minimum": 1}, {"maximum": 9}]},  # two parts constrain numbers
         {"allOf": [{"$ref": "#/properties/v"}]},  # a conjunction with itself
-        {"allOf": [{"type": "object"}, {"minProperties": 1}]},  # a part not certified
+        {"allOf": [{"type": "object"}, {"maxProperties": 1}]},  # a part not certified
         {"not": {"type": "string"}},
         {"type": "object", "dependencies": {"a": ["b"], "b": ["c"], "c": ["d"], "d": ["e"], "e": ["f"]}},  # five
-        {"type": "object", "minProperties": 1},
+        {"type": "object", "minProperties": 2},  # met by repeating an additional key: refused
+        {"type": "object", "properties": {"a": {}}, "minProperties": 2, "additionalProperties": False},  # at most 1
         {"type": "object", "required": ["a"], "additionalProperties": False},  # a required name never allowed
         {"type": "object", "required": ["a"], "properties": {"a": {"$ref": "#/properties/v"}}},  # never completes
         {"enum": ["a"], "type": "integer"},  # no value of the type
@@ -203,6 +204,14 @@ def test_what_lowering_could_refuse_or_find_empty_is_not_put_off(value, put_off_
         {"type": "array", "items": {"$ref": "#/properties/v"}},  # a recursion that descends
         {"type": "object", "properties": {"next": {"$ref": "#/properties/v"}}, "required": []},
         {"type": "object", "additionalProperties": {"type": "integer"}, "required": ["a"]},
+        {"type": "object", "properties": {"id": {"type": "integer"}}, "minProperties": 1},
+        {
+            "type": "object",
+            "properties": {"id": {}, "k": {}},
+            "required": ["id"],
+            "additionalProperties": False,
+            "minProperties": 2,
+        },
         {"type": "object", "properties": {"id": {"type": "integer"}}, "patternProperties": {"^x-": {"type": "string"}}},
         {"type": "object", "patternProperties": {"^[a-z]+$": {"type": "integer"}}, "additionalProperties": False},
         {"patternProperties": {"^k": {"type": "array", "items": {"type": "integer"}}}},
@@ -309,6 +318,11 @@ CONJUNCTIONS = {
         ({"type": "object", "properties": {"a": {"type": "string"}, "b": {}}, "dependencies": {"a": ["b"]}}, True),
         ({"type": "object", "properties": {"a": {"not": {}}, "b": {"type": "integer"}}}, True),
         ({"type": "object", "properties": {"a": {"not": {}}}, "required": ["a"]}, False),
+        ({"allOf": [{"$ref": "#/$defs/ref"}, {"minProperties": 2}]}, True),  # id and one more
+        (
+            {"type": "object", "properties": {"a": {"not": {}}}, "additionalProperties": False, "minProperties": 1},
+            False,
+        ),
         ({"properties": {"ab": {"type": "string"}}, "patternProperties": {"^a": {"minLength": 2}}}, True),
         ({"properties": {"ab": {"type": "string"}}, "patternProperties": {"^a": {"type": "integer"}}}, True),
         (
