@@ -332,6 +332,9 @@ class _Deferral:
     def _conj_key(self, parts: Iterable[_Part]) -> str:
         """The certificate's name for the conjunction of ``parts``: the pointer of a subschema taken whole, or
         ``&n`` (no pointer starts with ``&``), one per set of parts in a compile."""
+        parts = tuple(parts)
+        if len(parts) == 1 and not parts[0].skip and parts[0].neg is None:  # most members: one subschema
+            return parts[0].ptr
         given = frozenset(parts)
         if len(given) == 1:
             (part,) = given
@@ -569,7 +572,7 @@ class _Deferral:
                     if name in required:
                         needs.append(_NO_VALUE)
                     continue
-                key = True if not value else value[0] if len(value) == 1 else self._conj_key(_Part(k) for k in value)
+                key = self._conj_key(_Part(k) for k in value) if value else True
                 if key is not True:
                     below.append(key)
                 (needs if name in required else optional).append(key)
@@ -578,7 +581,7 @@ class _Deferral:
         if not any(closed for _, _, closed in infos):
             other = True
             if extras:
-                other = extras[0] if len(extras) == 1 else self._conj_key(_Part(k) for k in extras)
+                other = self._conj_key(_Part(k) for k in extras)
                 below.append(other)
         if least > len(required):
             # One more member than the required ones, from the others or a key no part names: more could be met
