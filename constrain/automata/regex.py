@@ -117,7 +117,7 @@ class _Parser(_ParsePattern):
     def repetition(self, base):
         at = self.index
         node = super().repetition(base)
-        if isinstance(node, _Repeated):
+        if type(node) is _Repeated:  # not isinstance: an ABC (see _has_lookaround)
             if node.max is not None and node.max < node.min:
                 raise self.fail("min repeat greater than max repeat", at + 1)
             if max(node.min, node.max or 0) > MAX_REPEAT:
@@ -316,13 +316,14 @@ _LOOKAROUND_REFUSED: dict[str, str] = {}
 
 
 def _has_lookaround(node) -> bool:
-    if isinstance(node, _NonCapturing):
+    kind = type(node)  # interegular's node classes are ABCs, whose isinstance runs Python code when it fails
+    if kind is _NonCapturing:
         return True
-    if isinstance(node, Pattern):
+    if kind is Pattern:
         return any(_has_lookaround(o) for o in node.options)
-    if isinstance(node, _Concatenation):
+    if kind is _Concatenation:
         return any(_has_lookaround(p) for p in node.parts)
-    if isinstance(node, _Repeated):
+    if kind is _Repeated:
         return _has_lookaround(node.base)
     return False
 
@@ -576,11 +577,12 @@ class _Builder:
 
     def build(self, node, src: int, dst: int, flags: REFlags) -> None:
         nfa = self.nfa
-        if isinstance(node, Pattern):
+        kind = type(node)  # not isinstance: interegular's node classes are ABCs (see _has_lookaround)
+        if kind is Pattern:
             inner = (flags | node.added_flags) & ~node.removed_flags
             for option in node.options:
                 self.build(option, src, dst, inner)
-        elif isinstance(node, _Concatenation):
+        elif kind is _Concatenation:
             parts = node.parts
             if not parts:
                 nfa.add_epsilon(src, dst)
@@ -604,22 +606,22 @@ class _Builder:
                 else:
                     self.build(part, state, nxt, flags)
                 state = nxt
-        elif isinstance(node, _Repeated):
+        elif kind is _Repeated:
             self._repeat(node, src, dst, flags)
-        elif isinstance(node, _Literal):
+        elif kind is _Literal:
             if flags & REFlags.CASE_INSENSITIVE:
                 self.build(_Concatenation(tuple(_CharGroup(frozenset(c), False) for c in node.text)), src, dst, flags)
             else:
                 self._literal(node.text.encode(), src, dst)
-        elif isinstance(node, _CharGroup):
+        elif kind is _CharGroup:
             self._char_group(node, src, dst, flags)
-        elif type(node).__name__ == "__DotCls":
+        elif kind.__name__ == "__DotCls":
             chars = set() if flags & REFlags.SINGLE_LINE else {"\n"}
             self._char_group(_CharGroup(frozenset(chars), True), src, dst, REFlags(0))
-        elif type(node).__name__ == "__EmptyCls":
+        elif kind.__name__ == "__EmptyCls":
             nfa.add_epsilon(src, dst)
         else:  # pragma: no cover - a parse-tree node interegular added after this was written
-            raise RegexError(f"unsupported construct {type(node).__name__}", self.pattern)
+            raise RegexError(f"unsupported construct {kind.__name__}", self.pattern)
 
     def _repeat(self, node: _Repeated, src: int, dst: int, flags: REFlags) -> None:
         """``node.base`` between ``node.min`` and ``node.max`` times: a chain of copies, the last ``max - min`` of

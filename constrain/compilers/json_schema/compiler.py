@@ -184,7 +184,8 @@ class _Compiler(
         if live is None:
             node = self.node(part.ptr)
             skip = part.skip
-            live = [k for k in node if k not in skip and k not in _ANNOTATIONS] if isinstance(node, Mapping) else []
+            mapping = type(node) is dict or isinstance(node, Mapping)  # a dict first: Mapping's check is Python
+            live = [k for k in node if k not in skip and k not in _ANNOTATIONS] if mapping else []
             self._live[part] = live
         return live
 

@@ -160,14 +160,15 @@ class _Document:
         import referencing.jsonschema as rj
         from jsonschema import validators
 
-        if not isinstance(schema, (bool, Mapping)):
+        mapping = type(schema) is dict or isinstance(schema, Mapping)  # a dict first: Mapping's check is Python
+        if not mapping and not isinstance(schema, bool):
             raise JsonSchemaError(f"a schema must be a JSON object or a boolean, not {type(schema).__name__}")
         #: How many objects and arrays the document holds.
         self.containers, may_name = _refuse_non_json(schema)
-        if isinstance(schema, Mapping) and not isinstance(schema.get("$schema", ""), str):
+        if mapping and not isinstance(schema.get("$schema", ""), str):
             raise JsonSchemaError("$schema must be a string (the dialect's URI)", "/$schema", "$schema")
-        cls = validators.validator_for(schema, default=validators.Draft202012Validator)
-        explicit = isinstance(schema, Mapping) and "$schema" in schema
+        explicit = mapping and "$schema" in schema
+        cls = (_validator_class(schema["$schema"]) if explicit else None) or validators.Draft202012Validator
         # check_schema without format assertions: patterns are ECMAScript regexes, which Python's re (what the
         # "regex" format checker uses) does not always parse; the regex compiler here judges them instead. The
         # fast walk answers for most schemas; when it is not sure, jsonschema decides and words the error.
@@ -300,7 +301,7 @@ class _Document:
 
         def child(node: Any, at: str) -> Any:
             token = at.rpartition("/")[2].replace("~1", "/").replace("~0", "~")
-            if isinstance(node, Mapping):
+            if type(node) is dict or isinstance(node, Mapping):  # a dict first: Mapping's check is Python code
                 return node[token]
             if isinstance(node, list):
                 return node[int(token)]
@@ -701,7 +702,7 @@ def _json_containers(schema: Any) -> tuple[int, bool] | None:
             if node.bit_length() > _MAX_INT_BITS:
                 return None
             continue
-        if kind is dict or isinstance(node, Mapping):
+        if kind is dict or (kind is not list and isinstance(node, Mapping)):
             for key in node:
                 if type(key) is not str and not isinstance(key, str):
                     return None

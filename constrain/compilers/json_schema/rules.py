@@ -205,7 +205,7 @@ def _finalize(
         targets = {t for t in targets if t in rules and t not in library}
         if targets:
             alias_edges[name] = targets
-    for comp in _sccs(_cyclic_part(alias_edges)):
+    for comp in _sccs(_cyclic_part(alias_edges)) if alias_edges else ():
         name = min(comp)
         if len(comp) > 1 or name in alias_edges.get(name, ()):
             raise JsonSchemaError(
