@@ -32,7 +32,7 @@ from constrain.compilers.json_schema.document import _escape_token
 from constrain.compilers.json_schema.errors import _TIME_LIMIT, _NotNegatable, _TooLarge, _Unsatisfiable
 from constrain.compilers.json_schema.formats import _FORMATS, _UNSUPPORTED_FORMATS
 from constrain.compilers.json_schema.keywords import _DRAFT3_ONLY, _VALIDATION, _Part
-from constrain.compilers.json_schema.objects import MAX_COUNTED_MEMBER_RULES
+from constrain.compilers.json_schema.objects import MAX_COUNTED_MEMBER_RULES, counted_member_rules
 from constrain.compilers.json_schema.rules import _cyclic_part, _sccs
 from constrain.compilers.json_schema.strings import _costly_string, _searched, _string_holds, _StringKey
 from constrain.compilers.json_schema.values import _ALL_KINDS, _compact_text, _is_utf8, _kinds_of_type, _to_decimal
@@ -586,8 +586,11 @@ class _Deferral:
         if least > len(required):
             # One more member than the required ones, from the others or a key no part names: more could be met
             # by repeating an additional key, which the lowering refuses; a count over patterns is left eager.
-            n = len(names)
-            if least > len(required) + 1 or patterned or (n + 1) ** 2 * (min(least, n) + 2) > MAX_COUNTED_MEMBER_RULES:
+            if (
+                least > len(required) + 1
+                or patterned
+                or counted_member_rules(len(names), least) > MAX_COUNTED_MEMBER_RULES
+            ):
                 return None
             needs.append(("any", (*optional, *([] if other is None else [other]))))
         return tuple(needs)

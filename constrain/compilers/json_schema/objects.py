@@ -48,9 +48,14 @@ MAX_PATTERN_PROPERTIES = 4
 MEMBER_BLOCK = 16
 
 
-#: Most rules the members of an object whose properties are counted may take: (members + 1) x (counts + 2) x
-#: (members + 1) (see :meth:`_ObjectRules.members_counted`).
+#: Most rules the members of an object whose properties are counted may take (:func:`counted_member_rules`).
 MAX_COUNTED_MEMBER_RULES = 200_000
+
+
+def counted_member_rules(members: int, count: int) -> int:
+    """The rules :meth:`_ObjectRules.members_counted` may write for ``members`` optional members counted up to
+    ``count``: (members + 1) x (counts + 2) x (members + 1)."""
+    return (members + 1) * (min(count, members) + 2) * (members + 1)
 
 
 #: Most negated ``patternProperties`` / ``propertyNames`` / ``additionalProperties`` (each needs a member that
@@ -829,7 +834,7 @@ class _ObjectRules:
         n = len(items)
         lo, hi = sh.min_props, sh.max_props
         cap = hi if hi is not None else lo
-        if (n + 1) * (min(cap, n) + 2) * (n + 1) > MAX_COUNTED_MEMBER_RULES:
+        if counted_member_rules(n, cap) > MAX_COUNTED_MEMBER_RULES:
             at = sh.max_props_at if hi is not None else sh.min_props_at
             self.refuse(at[0], at[1], "counting this many optional properties needs too many rules", "ignored")
             return None
