@@ -34,7 +34,9 @@ Every engine runs single-threaded in its own worker subprocess (one per engine, 
 sends one schema at a time and waits at most ``--timeout`` seconds for compile + tests; on a timeout (or when
 the worker's resident memory passes ``--max-rss-mb``) it kills the worker, records the schema as a compile error
 ("timeout" / "memory"), and starts a fresh worker for the next schema. Native code (Rust, C++) cannot be
-interrupted by signals, hence processes. A worker that dies on its own is recorded as "crashed".
+interrupted by signals, hence processes. A worker that dies on its own is recorded as "crashed". Every worker
+runs on the same CPU (``--cpu``, :func:`measurement_cpu`): engines are timed one at a time, so they lose nothing
+by it, and none of them is timed on a slower CPU or just after the scheduler moved it away from its caches.
 
 Peak memory is the worker's ``VmHWM`` (resident-set high-water mark since its ``exec``, from
 ``/proc/<pid>/status``; the worker reports it after each schema, and the parent reads it just before killing a
@@ -104,6 +106,36 @@ SINGLE_THREAD_ENV = {
     "TRANSFORMERS_VERBOSITY": "error",
     "HF_HUB_OFFLINE": "1",
 }
+
+
+def measurement_cpu(choice: str, shard: int = 0) -> int | None:
+    """The CPU every worker of a run is pinned to (``--cpu``): ``"auto"`` the ``shard``-th of those this process
+    may run on (the first, without ``--shard``; shards running side by side then take one CPU each), a number that
+    CPU, ``"none"`` none (the scheduler moves each worker as it likes).
+
+    Engines are timed one at a time, so one CPU for all of them costs nothing, and it is fair: the CPUs of a
+    machine differ (the one that takes a device's interrupts is slower), and a worker the scheduler moves finds
+    its code and data in the other CPU's private caches, not its own. Over 1,000 dev-set schemas, two workers of
+    one build timed against each other (``benchmarks/ttfm_ab.py``) differed by 3 to 8% at the median when left
+    to the scheduler, and by less than 1% on one CPU."""
+    if choice == "none":
+        return None
+    allowed = sorted(os.sched_getaffinity(0))
+    if choice == "auto":
+        return allowed[shard % len(allowed)]
+    try:
+        cpu = int(choice)
+    except ValueError:
+        raise SystemExit(f"--cpu {choice!r}: 'auto', 'none' or a CPU number") from None
+    if cpu not in allowed:
+        raise SystemExit(f"--cpu {cpu}: this process may run on CPUs {allowed} only")
+    return cpu
+
+
+def pin_to_cpu(cpu: int | None) -> None:
+    """Run this process (and the threads it starts from now on) on ``cpu`` alone; None leaves it as it is."""
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -610,6 +642,7 @@ def _reset_peak() -> float | None:
 
 def worker_main(engine_name: str, fd_in: int, fd_out: int, args: dict[str, Any]) -> None:
     """A worker: set the engine up, then answer one job (a schema) at a time until told to quit."""
+    pin_to_cpu(args.get("cpu"))  # before any thread pool starts: its threads keep the CPUs they started with
     conn_in = Connection(fd_in, readable=True, writable=False)
     conn_out = Connection(fd_out, readable=False, writable=True)
     t0 = time.perf_counter()
@@ -1142,7 +1175,7 @@ NOTES = [
     "- TTFM = compile + a fresh matcher + its first mask (compiled schemas only). TBM = each mask computed while a "
     "valid instance's tokens are forced, the final one (which must allow end of sequence) included; each engine "
     "writes into a caller-owned int32 bitmask of 8,192 words. Single-threaded, one worker process per engine, "
-    "schemas interleaved across engines so load changes hit all of them alike.",
+    "{cpu}, schemas interleaved across engines so load changes hit all of them alike.",
     "- Passing = compiled, and no validation or invalidation error on any of its tests. Compile errors: refused "
     "(the engine raised), crashed (the worker died, or the harness hit an unexpected exception), timeout (no "
     "answer for compile + tests within the limit: the worker is killed), memory (the worker's RSS passed the limit).",
@@ -1264,6 +1297,12 @@ def main(argv: list[str] | None = None) -> int:
         help="write a PNG of each engine's distribution of time per mask here "
         "(benchmarks/plots.py; needs matplotlib, in the bench extra)",
     )
+    p.add_argument(
+        "--cpu",
+        default="auto",
+        help="the CPU every worker runs on: 'auto' (default) the first this process may use (the K-th with "
+        "--shard K/N), a CPU number, or 'none' to leave the workers to the scheduler",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress line per schema")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--worker-fds", help=argparse.SUPPRESS)
@@ -1292,11 +1331,15 @@ def main(argv: list[str] | None = None) -> int:
         return merge(args, args.merge)
     names = [n.strip() for n in args.names.split(",")] if args.names else None
     entries = load_entries(args.data, limit=args.limit, sample=args.sample, seed=args.seed, names=names)
+    shard = 0
     if args.shard:
         k, n = (int(x) for x in args.shard.split("/"))
         if not 0 <= k < n:
             p.error("--shard K/N needs 0 <= K < N")
         entries = entries[k::n]
+        shard = k
+    cpu = measurement_cpu(args.cpu, shard)
+    args.cpu = "none" if cpu is None else str(cpu)  # what the run's record says
     if not entries:
         p.error("no schema selected")
 
@@ -1310,7 +1353,7 @@ def main(argv: list[str] | None = None) -> int:
     gc.collect()
 
     log_dir = Path(tempfile.mkdtemp(prefix="maskbench-"))
-    worker_args = {"xgrammar_strict": args.xgrammar_strict, "xgrammar_cache": args.xgrammar_cache == "on"}
+    worker_args = {"xgrammar_strict": args.xgrammar_strict, "xgrammar_cache": args.xgrammar_cache == "on", "cpu": cpu}
     workers = {e: Worker(e, worker_args, log_dir, args.max_rss_mb) for e in engines}
     for w in workers.values():
         if not w.start() and not args.quiet:
@@ -1407,6 +1450,7 @@ def merge(args: argparse.Namespace, files: list[Path]) -> int:
         )
     for option in ("timeout", "max_rss_mb", "xgrammar_strict", "xgrammar_cache"):
         setattr(args, option, runs[0]["args"].get(option, getattr(args, option)))
+    args.cpu = ", ".join(sorted({str(run["args"].get("cpu", "none")) for run in runs}))
     command = " ; ".join(run["command"] for run in runs)
     elapsed = max(run["wall_s"] for run in runs)
     load = f"{len(runs)} shards in parallel"
@@ -1484,7 +1528,18 @@ def report(
         f"load average at start {load_at_start}, at end {_loadavg()}",
     ]
     skipped = sum("skip" in x for t in tests_by_schema for x in t)
-    notes = [n.replace("{strict}", str(args.xgrammar_strict)).replace("{cache}", args.xgrammar_cache) for n in NOTES]
+    if args.cpu == "none":
+        placement = "each left to the scheduler"
+    elif "," in args.cpu:  # merged shards
+        placement = f"each shard's on one CPU ({args.cpu})"
+    else:
+        placement = f"all on CPU {args.cpu}"
+    notes = [
+        n.replace("{strict}", str(args.xgrammar_strict))
+        .replace("{cache}", args.xgrammar_cache)
+        .replace("{cpu}", placement)
+        for n in NOTES
+    ]
     seen: set[str] = set()
     repeats = 0
     for entry in entries:

@@ -5,7 +5,9 @@ and the time of each mask while the schema's valid instances are forced token by
     .venv/bin/python benchmarks/ttfm_ab.py --base /tmp/base --sample 300 --seed 1
 
 Two worker processes, one per build (``PYTHONPATH`` set to its checkout, the same virtual environment), take each
-MaskBench schema in turn, the order alternating from schema to schema, so the machine's drift hits both alike.
+MaskBench schema in turn, the order alternating from schema to schema, so the machine's drift hits both alike,
+both on one CPU (``--cpu``; left to the scheduler, two workers of the same build differed by 3 to 8% at the
+median, as the CPUs differ and a moved worker finds its caches elsewhere).
 Before each schema a worker touches ``--flush-mb`` of memory, as the benchmark's other engine does between two
 of its schemas: a compile's TTFM depends on what is still in the CPU's caches. Each worker starts as a server does,
 with ``constrain.warmup(vocab)`` (numba's kernels loaded or compiled; a build without it loads the determinisation
@@ -37,10 +39,12 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 
 
-def worker(sample: int, seed: int, flush_mb: int, names: Path | None) -> None:
+def worker(sample: int, seed: int, flush_mb: int, names: Path | None, cpu: int | None) -> None:
     """Answer schema indices from stdin with the TTFM in seconds (null when refused), one JSON line each."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import maskbench as mb
+
+    mb.pin_to_cpu(cpu)
 
     from constrain import Vocabulary, compile_json_schema
 
@@ -122,6 +126,8 @@ def start(root: Path, args: argparse.Namespace) -> tuple[subprocess.Popen, int]:
         "--flush-mb",
         str(args.flush_mb),
         *(["--names", str(args.names.resolve())] if args.names else []),
+        "--cpu",
+        args.cpu,
     ]
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=root)
     line = proc.stdout.readline()
@@ -142,11 +148,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--names", type=Path, help="a file of MaskBench schema names, one per line: these, not a sample")
     p.add_argument("--flush-mb", type=int, default=64, help="MiB touched before each schema (default 64)")
     p.add_argument("--json-out", type=Path, help="write each schema's TTFM and mask times (s) under both builds here")
+    p.add_argument(
+        "--cpu",
+        default="auto",
+        help="the CPU both workers run on: 'auto' (default) the first this process may use, a CPU number, or "
+        "'none' to leave them to the scheduler (see maskbench.measurement_cpu)",
+    )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
-        worker(args.sample, args.seed, args.flush_mb, args.names)
+        worker(args.sample, args.seed, args.flush_mb, args.names, None if args.cpu == "none" else int(args.cpu))
         return 0
+    import maskbench as mb
+
+    cpu = mb.measurement_cpu(args.cpu)
+    args.cpu = "none" if cpu is None else str(cpu)  # what the workers are told
     if args.base is None:
         p.error("--base is required")
     (base, count), (new, _) = start(args.base, args), start(REPO, args)

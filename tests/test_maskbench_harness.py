@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -315,6 +316,31 @@ def test_worker_reports_what_each_schema_adds_to_the_resident_peak(tmp_path):
     s = mb.summarise("debug", [grown, after], [[], []], [], w)
     assert s["schema_peak_mb"]["max"] == grown["schema_peak_mb"] and s["schemas_over_1gib"] == 0
     assert "(0 over 1 GiB) |" in mb.markdown([s], {}, None, [], [])
+
+
+def test_measurement_cpu_is_one_allowed_cpu_per_shard():
+    allowed = sorted(os.sched_getaffinity(0))
+    assert mb.measurement_cpu("auto") == allowed[0]
+    assert mb.measurement_cpu("auto", shard=1) == allowed[1 % len(allowed)]
+    assert mb.measurement_cpu(str(allowed[-1])) == allowed[-1]
+    assert mb.measurement_cpu("none") is None
+    with pytest.raises(SystemExit, match="CPUs"):
+        mb.measurement_cpu(str(max(allowed) + 1))
+    with pytest.raises(SystemExit, match="'auto', 'none' or a CPU number"):
+        mb.measurement_cpu("first")
+
+
+def test_a_worker_runs_on_the_cpu_it_is_given(tmp_path):
+    cpu = sorted(os.sched_getaffinity(0))[-1]
+    pinned = mb.Worker("debug", {"cpu": cpu}, tmp_path, max_rss_mb=2000)
+    free = mb.Worker("debug", {}, tmp_path, max_rss_mb=2000)
+    try:
+        assert pinned.start() and free.start()
+        assert os.sched_getaffinity(pinned.proc.pid) == {cpu}
+        assert os.sched_getaffinity(free.proc.pid) == os.sched_getaffinity(0)
+    finally:
+        pinned.stop()
+        free.stop()
 
 
 # -- end to end ------------------------------------------------------------------------------------------------------
