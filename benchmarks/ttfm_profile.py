@@ -4,7 +4,8 @@
     .venv/bin/python benchmarks/ttfm_profile.py --sample 300 --cprofile 40  # a sample, cProfile of its p90-p99
     .venv/bin/python benchmarks/ttfm_profile.py --sample 300 --cprofile 40 --band 0.25,0.75
 
-The process starts as MaskBench's constrain worker does (``warmup(vocab)``, then ``collector.freeze()``). Each
+The process starts as MaskBench's constrain worker does (``warmup(vocab)``, then ``collector.freeze()``), on one
+CPU (``--cpu``). Each
 schema is compiled with the Gemma tokenizer's vocabulary, a matcher made and its first mask computed (TTFM, as
 ``benchmarks/maskbench.py`` measures it), with the time split by ``time.perf_counter`` around each phase. Before
 each schema the run touches ``--flush-mb`` of memory (64 MiB by default), as the whole-set run's other engines and
@@ -166,9 +167,17 @@ def main(argv: list[str] | None = None) -> int:
         default=64,
         help="MiB of memory touched before each schema, as the whole-set run's other engine and tests do (default 64)",
     )
+    p.add_argument(
+        "--cpu",
+        default="auto",
+        help="the CPU the run stays on: 'auto' (default) the first this process may use, a CPU number, or 'none' "
+        "(see maskbench.measurement_cpu)",
+    )
     args = p.parse_args(argv)
 
     import maskbench as mb
+
+    mb.pin_to_cpu(mb.measurement_cpu(args.cpu))
 
     from constrain import Vocabulary, collector
     from constrain.compilers.json_schema import compile_json_schema
