@@ -117,7 +117,7 @@ def measurement_cpu(choice: str, shard: int = 0) -> int | None:
     machine differ (the one that takes a device's interrupts is slower), and a worker the scheduler moves finds
     its code and data in the other CPU's private caches, not its own. Over 1,000 dev-set schemas, two workers of
     one build timed against each other (``benchmarks/ttfm_ab.py``) differed by 3 to 8% at the median when left
-    to the scheduler, and by less than 1% on one CPU."""
+    to the scheduler, and by 0 to 2.4% on one CPU."""
     if choice == "none":
         return None
     allowed = sorted(os.sched_getaffinity(0))
@@ -1531,7 +1531,7 @@ def report(
     if args.cpu == "none":
         placement = "each left to the scheduler"
     elif "," in args.cpu:  # merged shards
-        placement = f"each shard's on one CPU ({args.cpu})"
+        placement = f"the workers of each shard on one CPU ({args.cpu})"
     else:
         placement = f"all on CPU {args.cpu}"
     notes = [
