@@ -6,8 +6,7 @@ and the time of each mask while the schema's valid instances are forced token by
 
 Two worker processes, one per build (``PYTHONPATH`` set to its checkout, the same virtual environment), take each
 MaskBench schema in turn, the order alternating from schema to schema, so the machine's drift hits both alike,
-both on one CPU (``--cpu``; left to the scheduler, two workers of the same build differed by 3 to 8% at the
-median, as the CPUs differ and a moved worker finds its caches elsewhere).
+both on one CPU (``--cpu``; why: ``maskbench.measurement_cpu``).
 Before each schema a worker touches ``--flush-mb`` of memory, as the benchmark's other engine does between two
 of its schemas: a compile's TTFM depends on what is still in the CPU's caches. Each worker starts as a server does,
 with ``constrain.warmup(vocab)`` (numba's kernels loaded or compiled; a build without it loads the determinisation
@@ -39,12 +38,12 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 
 
-def worker(sample: int, seed: int, flush_mb: int, names: Path | None, cpu: int | None) -> None:
+def worker(sample: int, seed: int, flush_mb: int, names: Path | None, cpu: str) -> None:
     """Answer schema indices from stdin with the TTFM in seconds (null when refused), one JSON line each."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import maskbench as mb
 
-    mb.pin_to_cpu(cpu)
+    mb.pin_to_cpu(mb.measurement_cpu(cpu))
 
     from constrain import Vocabulary, compile_json_schema
 
@@ -157,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
-        worker(args.sample, args.seed, args.flush_mb, args.names, None if args.cpu == "none" else int(args.cpu))
+        worker(args.sample, args.seed, args.flush_mb, args.names, args.cpu)
         return 0
     import maskbench as mb
 

@@ -15,7 +15,7 @@ from constrain.compilers.json_schema.any_order import MAX_ANY_ORDER_STATES_TOTAL
 from constrain.compilers.json_schema.arrays import _ArrayRules
 from constrain.compilers.json_schema.combinators import _Combinators, _Excluded
 from constrain.compilers.json_schema.deferral import MAX_DEFERRING_NODES, MIN_DEFERRING_NODES, _Deferral
-from constrain.compilers.json_schema.document import _clean_pointer, _Document, _json_equal
+from constrain.compilers.json_schema.document import _clean_pointer, _Document, _is_mapping, _json_equal
 from constrain.compilers.json_schema.enums import _EnumRules
 from constrain.compilers.json_schema.errors import _TIME_LIMIT, _check_time, _OutOfTime, _Unsatisfiable, _verdict
 from constrain.compilers.json_schema.keywords import (
@@ -184,8 +184,7 @@ class _Compiler(
         if live is None:
             node = self.node(part.ptr)
             skip = part.skip
-            mapping = type(node) is dict or isinstance(node, Mapping)  # a dict first: Mapping's check is Python
-            live = [k for k in node if k not in skip and k not in _ANNOTATIONS] if mapping else []
+            live = [k for k in node if k not in skip and k not in _ANNOTATIONS] if _is_mapping(node) else []
             self._live[part] = live
         return live
 

@@ -22,6 +22,12 @@ def _escape_token(token: str) -> str:
     return token.replace("~", "~0").replace("/", "~1")
 
 
+def _is_mapping(value: Any) -> bool:
+    """Whether ``value`` is a JSON object: a dict is told by its type first, since ``Mapping`` is an ABC whose
+    failing ``isinstance`` runs Python code."""
+    return type(value) is dict or isinstance(value, Mapping)
+
+
 def _clean_pointer(ptr: str) -> str:
     """A pointer for messages: synthetic steps (``/~sN``) removed."""
     return re.sub(r"/~s\d+(?:/[^/]*)*?(?=/~s|$)", "", ptr) if "/~s" in ptr else ptr
@@ -160,7 +166,7 @@ class _Document:
         import referencing.jsonschema as rj
         from jsonschema import validators
 
-        mapping = type(schema) is dict or isinstance(schema, Mapping)  # a dict first: Mapping's check is Python
+        mapping = _is_mapping(schema)
         if not mapping and not isinstance(schema, bool):
             raise JsonSchemaError(f"a schema must be a JSON object or a boolean, not {type(schema).__name__}")
         #: How many objects and arrays the document holds.
@@ -301,7 +307,7 @@ class _Document:
 
         def child(node: Any, at: str) -> Any:
             token = at.rpartition("/")[2].replace("~1", "/").replace("~0", "~")
-            if type(node) is dict or isinstance(node, Mapping):  # a dict first: Mapping's check is Python code
+            if _is_mapping(node):
                 return node[token]
             if isinstance(node, list):
                 return node[int(token)]
