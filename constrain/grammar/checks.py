@@ -35,17 +35,21 @@ def check_rules(
     index: Mapping[str, int],
     rules: Sequence[int] | None = None,
     checked: RuleChecks | None = None,
+    settled: Collection[int] = (),
 ) -> RuleChecks:
     """Refuse ``pushdown`` (whose calling rules have ``bodies``, their calls numbered by ``index``) when a rule can
     never complete, else when a rule can call itself before reading a byte; returns what was found.
 
     ``rules``: the rules to check (default all); the others passed before, with what ``checked`` holds of them.
     A rule whose body is None is deferred: it is taken to complete, to read a byte before it does, and to call no
-    rule first, which its writer certified and the check of its body confirms once it is written."""
+    rule first, which its writer certified and the check of its body confirms once it is written. The rules in
+    ``settled`` (see :attr:`~constrain.grammar.ir.Grammar.settled`) are taken to complete and to read a byte
+    first, and no cycle of calls before a byte can pass through them, as their writer vouched."""
     checked = checked if checked is not None else RuleChecks()
     count, before = len(bodies), len(checked.nullable)
     rules = list(range(count)) if rules is None else list(rules)
-    written = [i for i in rules if bodies[i] is not None]  # deferred rules are taken as certified
+    # deferred rules are taken as certified, settled ones as vouched for
+    written = [i for i in rules if bodies[i] is not None and i not in settled]
     checked.nullable.extend([False] * (count - before))
     checked.first_calls.extend([] for _ in range(count - before))
     todo = set(written)

@@ -75,7 +75,8 @@ def build_pushdown(grammar: Grammar, *, deadline: float | None = None, lazy: boo
         )
     if grammar.deferred and grammar.write_later is None:
         raise GrammarError("a grammar with deferred rules needs write_later")
-    grammar = _hoist_terminals(grammar)
+    settled = _still_settled(grammar, hoisted := _hoist_terminals(grammar))
+    grammar = hoisted
     alias = _aliases(grammar.rules)
     start = alias.get(grammar.start, grammar.start)
     names = [start] + sorted(n for n in grammar.rules if n != start and n not in alias)
@@ -97,7 +98,8 @@ def build_pushdown(grammar: Grammar, *, deadline: float | None = None, lazy: boo
 
     def write(i: int) -> None:
         """Write deferred rule ``i``: its body, and the rules it brings numbered after those there are."""
-        fragment = _hoist_terminals(writer[0](names[i], index.keys()))
+        unhoisted = writer[0](names[i], index.keys())
+        fragment = _hoist_terminals(unhoisted)
         added = [name for name in fragment.rules if name not in index]
         first = len(names)
         names.extend(added)
@@ -115,7 +117,8 @@ def build_pushdown(grammar: Grammar, *, deadline: float | None = None, lazy: boo
         pushdown.calling[i] = bool(calls_of(bodies[i]))  # taken for a calling rule while it was not written
         pushdown.extend(names[first:], new_calling)
         _check_calls(names, bodies, [i, *range(first, len(names))], index)
-        check_rules(pushdown, bodies, index, [i, *range(first, len(names))], checks)
+        vouched = {index[name] for name in _still_settled(unhoisted, fragment)}
+        check_rules(pushdown, bodies, index, [i, *range(first, len(names))], checks, vouched)
 
     with deadline_of(deadline) if deadline is not None else nullcontext():  # else keep a caller's deadline
         allowed = seconds_allowed() if deadline is None else max(0.0, deadline - compile_clock())
@@ -139,7 +142,7 @@ def build_pushdown(grammar: Grammar, *, deadline: float | None = None, lazy: boo
             raise type(exc)(f"{exc} (the rule comes from {origin or '/'})", rule=exc.rule, origin=origin) from None
 
     pushdown = Pushdown(names, rules, calling=calling, build=build_later)
-    checks = check_rules(pushdown, bodies, index)
+    checks = check_rules(pushdown, bodies, index, settled={index[name] for name in settled})
     owner = weakref.ref(pushdown)  # not the pushdown itself: it holds these functions, and a cycle waits for the GC
     return pushdown
 
@@ -224,6 +227,12 @@ def _checked_rule_dfa(body: Expr, name: str, index: Mapping[str, int]) -> ByteDF
     if not dfa.callees:
         return dfa  # the shared object itself, with what it keeps (language hashes, acceptance)
     return dfa.with_callees(tuple(index[called[k]] for k in dfa.callees))
+
+
+def _still_settled(grammar: Grammar, hoisted: Grammar) -> list[str]:
+    """The rules of ``grammar.settled`` that hoisting its terminals left as they were (a hoisted terminal is a
+    rule its writer did not vouch for)."""
+    return [name for name in grammar.settled if hoisted.rules.get(name) is grammar.rules.get(name) is not None]
 
 
 def _hoist_terminals(grammar: Grammar) -> Grammar:

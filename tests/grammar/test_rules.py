@@ -317,6 +317,53 @@ def test_a_rule_written_later_is_checked_like_the_rest(fragment, message):
         pushdown.rule(pushdown.names.index("v"))
 
 
+def test_settled_rules_are_taken_as_checked_and_the_others_are_checked_as_before():
+    loop = Alt((Literal("b"), Seq((Literal("c"), Ref("v")))))
+    build_pushdown(Grammar({"s": Seq((Literal("a"), Ref("v"))), "v": loop}, "s", settled=frozenset({"v"})))
+    with pytest.raises(GrammarError, match="left recursion: s -> s"):
+        build_pushdown(Grammar({"s": Alt((Seq((Ref("s"), Literal("+"))), Ref("v"))), "v": loop}, "s",
+                               settled=frozenset({"v"})))  # fmt: skip
+    with pytest.raises(GrammarError, match="never complete"):
+        build_pushdown(Grammar({"s": Seq((Literal("("), Ref("v"), Ref("s"))), "v": loop}, "s",
+                               settled=frozenset({"v"})))  # fmt: skip
+    # what the writer vouches for is not looked at again...
+    bad = Alt((Seq((Ref("v"), Literal("x"))), Literal("y")))
+    build_pushdown(Grammar({"s": Seq((Literal("a"), Ref("v"))), "v": bad}, "s", settled=frozenset({"v"})))
+    # ...unless hoisting its terminals changed the rule: then it is not the rule the writer vouched for
+    hoisted = Alt((Seq((Ref("v"), Regex("[0-9]"))), Literal("y")))
+    with pytest.raises(GrammarError, match="left recursion: v -> v"):
+        build_pushdown(Grammar({"s": Seq((Literal("a"), Ref("v"))), "v": hoisted}, "s", settled=frozenset({"v"})))
+
+
+@pytest.mark.parametrize("whitespace", ["compact", "flexible", "indent"])
+def test_the_json_schema_compilers_settled_rules_are_what_it_vouches_for(whitespace):
+    """Each settled rule of a JSON Schema grammar completes, reads a byte first and first calls only settled rules:
+    checked here on the IR, since compiles take it as read."""
+    from dataclasses import replace
+
+    from constrain.compilers.json_schema import schema_to_grammar
+
+    schema = {"type": "object", "properties": {"a": {}, "b": {"type": "array", "items": {}}, "c": {"type": "string"}}}
+    grammar, _ = schema_to_grammar(schema, whitespace=whitespace)
+    settled = grammar.settled
+    assert {"json_value", "json_string"} <= {name.split("@")[0] for name in settled}
+    assert "ws" not in settled and "root" not in settled
+    build_pushdown(replace(grammar, settled=frozenset()))  # productive, no left recursion, with every rule checked
+    call_free = {name: body for name, body in grammar.rules.items() if not calls_of(body)}
+    nullable = {name: bool(_rule_dfa(body)[0].accepting[0]) for name, body in call_free.items()}
+    calling = {name: body for name, body in grammar.rules.items() if name not in call_free}
+    nullable.update(dict.fromkeys(calling, False))
+    changed = True
+    while changed:  # the rules that can read nothing, call-free ones known from their DFAs
+        changed = False
+        for name, body in calling.items():
+            if not nullable.get(name) and _first_calls(body, nullable)[1]:
+                nullable[name] = changed = True
+    for name in settled:
+        first, empty = _first_calls(grammar.rules[name], nullable) if name in calling else (set(), nullable[name])
+        assert not empty and first <= settled, name
+
+
 def test_a_grammar_with_deferred_rules_needs_a_writer():
     with pytest.raises(GrammarError, match="write_later"):
         build_pushdown(Grammar({"s": Ref("v")}, "s", deferred=frozenset({"v"})))

@@ -27,7 +27,7 @@ from constrain.compilers.json_schema.keywords import (
     _Part,
     _Shape,
 )
-from constrain.compilers.json_schema.layout import _any_value_rules, _Layout, _layout, _shared_body
+from constrain.compilers.json_schema.layout import NULLABLE_SHARED, _any_value_rules, _Layout, _layout, _shared_body
 from constrain.compilers.json_schema.numbers import _NumberRules
 from constrain.compilers.json_schema.objects import _ObjectRules
 from constrain.compilers.json_schema.rules import _finalize
@@ -580,6 +580,7 @@ class _Compiler(
             {name: self.origins[name] for name in (*rules, *deferred) if name in self.origins},
             deferred=frozenset(deferred),
             write_later=self.write_later if deferred else None,
+            settled=frozenset(name for name in rules if name in self.library and name not in NULLABLE_SHARED),
         )
 
     def write_later(self, name: str, known: Set[str]) -> Grammar:

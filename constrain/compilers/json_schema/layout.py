@@ -39,6 +39,12 @@ def _child_depth(depth: int | None) -> int | None:
 # from them are found at once.
 
 
+#: The shared rules that can complete without reading a byte. Every other shared rule (the lexical ones, and the
+#: rules of any JSON value) reads a byte first and calls first only shared rules that do, so grammars name them
+#: settled (:attr:`~constrain.grammar.ir.Grammar.settled`) and compiles do not check them again.
+NULLABLE_SHARED = frozenset({"ws"})
+
+
 @lru_cache(maxsize=256)  # small entries (a literal, a short regex) but one: the block of LENGTH_BLOCK characters
 def _shared_body(name: str, max_ws: int) -> Expr:
     """The body of a shared lexical rule."""

@@ -640,6 +640,8 @@ class _ObjectRules:
                     and not any(p in chosen for p, _ in info.patterns + info.evaluated_patterns)
                 ):
                     vparts.append(info.unevaluated)
+            if any(self.node(v) is False for v in vparts):  # `additionalProperties: false`, without an exception
+                continue
             try:
                 value = self.conj([_Part(v) for v in vparts], cd, defer=True)
             except _Unsatisfiable:
