@@ -33,11 +33,14 @@ from constrain.compilers.json_schema.objects import _ObjectRules
 from constrain.compilers.json_schema.rules import _finalize
 from constrain.compilers.json_schema.strings import _StringRules
 from constrain.errors import ArgumentError, AutomatonTooLarge, GrammarError, JsonSchemaError
-from constrain.grammar.ir import Alt, Expr, Grammar, Ref, Seq, calls_of
+from constrain.grammar.ir import Alt, Expr, Grammar, Literal, Ref, Seq, calls_of
 from constrain.runtime.pushdown import compile_grammar
 
 #: Most grammar rules one schema may produce.
 MAX_RULES = 20_000
+
+#: Most bytes of the literals of a value read in place of a call of its rule (:meth:`_Compiler.read_in_place`).
+MAX_IN_PLACE_BYTES = 256
 
 #: What the memo holds for a conjunction found unsatisfiable (its verdict is kept in ``unsat``).
 _UNSAT = object()
@@ -458,6 +461,17 @@ class _Compiler(
         ref = done[given] = Ref(name)
         return ref
 
+    def read_in_place(self, value: Ref) -> Expr:
+        """What a container reads for ``value``: the body of its rule when that is a few literals (an enum, a
+        const), else the call. A value of a few literals is cheaper read in place than compiled, checked and kept
+        as a rule of its own, and reads the same text."""
+        body = self.rules.get(value.rule)
+        if type(body) is Literal:
+            return body if len(body.value) <= MAX_IN_PLACE_BYTES else value
+        if type(body) is Alt and sum(_literal_size(item) for item in body.items) <= MAX_IN_PLACE_BYTES:
+            return body
+        return value
+
     def put_off(self, given: tuple[_Part, ...], parts: tuple[_Part, ...]) -> bool:
         """Whether the value of the conjunction ``given``, normalised to ``parts``, may be written later: one
         subschema, taken whole, that the certificate vouches for (:meth:`deferrable`), as normalised or, when it
@@ -713,6 +727,11 @@ def compile_json_schema(schema: Any, vocab, **options):
 #: Objects and arrays in a schema past which its compile pauses the garbage collector from the start (a median
 #: dev-set schema has 10; those whose TTFM is above the 90th percentile, 136).
 PAUSE_NODES = 32
+
+
+def _literal_size(expr: Expr) -> int:
+    """The length of a text literal; past any bound for anything else."""
+    return len(expr.value) if type(expr) is Literal and isinstance(expr.value, str) else MAX_IN_PLACE_BYTES + 1
 
 
 def _more_nodes_than(schema: Any, limit: int) -> bool:

@@ -197,7 +197,8 @@ class _ObjectRules:
                     )
                 continue
             # shared: read first or after a comma, a member is built once (see members_plain)
-            items.append((key, shared(_then(Literal(_json_string(key)), lay.colon, value)), required))
+            member = _then(Literal(_json_string(key)), lay.colon, self.read_in_place(value))
+            items.append((key, shared(member), required))
             values[key] = value
         extra = None if closed else self.additional_member(sh, infos, names, lay, cd)
         n_req = sum(1 for it in items if it[2])

@@ -335,6 +335,20 @@ def test_acceptance_equals_validity(schema, instances):
     check(schema, instances)
 
 
+def test_a_value_of_a_few_literals_is_read_in_place_and_a_long_enum_keeps_its_rule():
+    long_enum = [f"value-{i:03d}" for i in range(40)]
+    schema = {
+        "type": "object",
+        "properties": {"a": {"enum": ["x", "y"]}, "b": {"const": 1}, "c": {"enum": long_enum}},
+        "required": ["a"],
+    }
+    grammar, _ = schema_to_grammar(schema)
+    own = [name.rsplit("/", 1)[-1] for name in grammar.rules if name.startswith("schema:/properties/")]
+    assert own == ["c"]
+    check(schema, [{"a": "x", "b": 1}, {"a": "y", "c": "value-039"}, {"a": "z"}, {"a": "x", "b": 2}, {"b": 1},
+                   {"a": "y", "b": 1, "c": "value-040"}, {"a": "x", "d": None}])  # fmt: skip
+
+
 def test_draft07_spellings_without_a_declared_dialect():
     """No $schema: 2020-12 plus the draft-07 spellings (dependencies, items as a list with additionalItems)."""
     draft7 = jsonschema.Draft7Validator
