@@ -482,14 +482,20 @@ class _Compiler(
 
     def plain_types(self, parts: tuple[_Part, ...]) -> tuple[str, ...] | None:
         """The type names of a conjunction that is one subschema saying nothing but a ``type`` of scalars (a third
-        of the subschemas of real schemas: ``{"type": "string", "description": ...}``), sorted; otherwise None."""
-        if len(parts) != 1 or parts[0].neg is not None or self.live_keys(parts[0]) != ["type"]:
+        of the subschemas of real schemas: ``{"type": "string", "description": ...}``), sorted; for one saying
+        nothing but ``"type": "array"`` and ``items`` of that kind (``{"type": "array", "items": {"type":
+        "string"}}``, one in sixteen), ``"array of"`` followed by the items' names. Otherwise None."""
+        if len(parts) != 1 or parts[0].neg is not None:
             return None
-        names = self.node(parts[0].ptr)["type"]
-        names = [names] if isinstance(names, str) else names
-        if not isinstance(names, list) or not all(isinstance(n, str) and n in _SCALAR_TYPES for n in names):
+        live = self.live_keys(parts[0])
+        node = self.node(parts[0].ptr)
+        if live == ["type"]:
+            return _scalar_types(node["type"])
+        if len(live) != 2 or "items" not in live or node.get("type") != "array" or type(node["items"]) is not dict:
             return None
-        return tuple(sorted(set(names)))
+        items = _Part(parts[0].ptr + "/items")
+        names = _scalar_types(node["items"]["type"]) if self.live_keys(items) == ["type"] else None
+        return None if names is None else ("array of", *names)
 
     def plain_rule(self, types: tuple[str, ...], parts: tuple[_Part, ...], depth: int | None) -> Ref:
         """What every subschema of :meth:`plain_types` ``types`` compiles to: its body is the same wherever it
@@ -497,7 +503,8 @@ class _Compiler(
         that call takes the place of a rule of its own."""
         ref = self._plain.get((types, depth))
         if ref is None:
-            name = "type:" + "|".join(types) + ("" if depth is None else f"@{depth}")
+            kind = f"array of {'|'.join(types[1:])}" if types[0] == "array of" else "|".join(types)
+            name = "type:" + kind + ("" if depth is None else f"@{depth}")
             body = self.body(parts, depth, name)
             if isinstance(body, Ref):
                 ref = body
@@ -727,6 +734,14 @@ def compile_json_schema(schema: Any, vocab, **options):
 #: Objects and arrays in a schema past which its compile pauses the garbage collector from the start (a median
 #: dev-set schema has 10; those whose TTFM is above the 90th percentile, 136).
 PAUSE_NODES = 32
+
+
+def _scalar_types(names: Any) -> tuple[str, ...] | None:
+    """The value of a ``type`` keyword naming only scalar types, as sorted names; None for anything else."""
+    names = [names] if isinstance(names, str) else names
+    if not isinstance(names, list) or not all(isinstance(n, str) and n in _SCALAR_TYPES for n in names):
+        return None
+    return tuple(sorted(set(names)))
 
 
 def _literal_size(expr: Expr) -> int:

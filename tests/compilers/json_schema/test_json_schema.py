@@ -349,6 +349,26 @@ def test_a_value_of_a_few_literals_is_read_in_place_and_a_long_enum_keeps_its_ru
                    {"a": "y", "b": 1, "c": "value-040"}, {"a": "x", "d": None}])  # fmt: skip
 
 
+def test_arrays_of_plain_items_share_one_rule_per_kind():
+    tags = {"type": "array", "items": {"type": "string", "description": "a tag"}, "title": "tags"}
+    schema = {
+        "type": "object",
+        "properties": {
+            "a": tags,
+            "b": {"type": "array", "items": {"type": "string"}},
+            "c": {"type": "array", "items": {"type": ["integer", "null"]}},
+            "d": {"type": "array", "items": {"type": "string"}, "maxItems": 1},
+        },
+    }
+    grammar, _ = schema_to_grammar(schema)
+    assert sorted(name for name in grammar.rules if name.startswith("type:array")) == [
+        "type:array of integer|null", "type:array of string"
+    ]  # fmt: skip
+    assert [name.rsplit("/", 1)[-1] for name in grammar.rules if name.startswith("schema:/properties/")] == ["d"]
+    check(schema, [{"a": [], "b": ["x", "y"]}, {"a": [1]}, {"c": [1, None, 2]}, {"c": ["1"]}, {"d": ["x", "y"]},
+                   {"a": ["p", "q"], "d": ["x"]}])  # fmt: skip
+
+
 def test_draft07_spellings_without_a_declared_dialect():
     """No $schema: 2020-12 plus the draft-07 spellings (dependencies, items as a list with additionalItems)."""
     draft7 = jsonschema.Draft7Validator
