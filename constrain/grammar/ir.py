@@ -115,20 +115,54 @@ class Automaton:
     """Any string a call-free :class:`~constrain.automata.dfa.ByteDFA` accepts: what a compiler that combines
     constraints as automata (a pattern with a length bound, keys other than some names) hands over directly,
     instead of writing the automaton back as a regex to be parsed again. Equal when the automata are equal state
-    for state (they are minimised, so equal languages compare equal up to state numbering)."""
+    for state (they are minimised, so equal languages compare equal up to state numbering).
 
-    __slots__ = ("dfa",)
+    :meth:`later` makes one whose DFA is built when first asked for: a lazily built pushdown then builds it only
+    when a matcher first calls its rule."""
+
+    __slots__ = ("_dfa", "_build", "_later_key", "_bound")
 
     def __init__(self, dfa: ByteDFA):
         if dfa.callees:
             raise GrammarError("an Automaton must not call rules")
-        self.dfa = dfa
+        self._dfa, self._build, self._later_key, self._bound = dfa, None, None, dfa.num_states
+
+    @classmethod
+    def later(cls, build: Callable[[], ByteDFA], key: str, bound: int) -> Automaton:
+        """An automaton whose DFA ``build()`` makes when it is first asked for. ``key`` names its language (equal
+        keys: equal languages; it never equals a built automaton's key); ``bound`` is at least its number of
+        states, which the size checks read before it is built. ``build`` must not fail: a compiler that could
+        refuse the automaton builds it now."""
+        out = cls.__new__(cls)
+        out._dfa, out._build, out._later_key, out._bound = None, build, key, bound
+        return out
 
     @property
-    def _key(self) -> bytes:
+    def dfa(self) -> ByteDFA:
+        dfa = self._dfa
+        if dfa is None:
+            dfa = self._build()
+            if dfa.callees:
+                raise GrammarError("an Automaton must not call rules")
+            self._dfa, self._build, self._bound = dfa, None, dfa.num_states
+        return dfa
+
+    @property
+    def built(self) -> bool:
+        """Whether its DFA is built."""
+        return self._dfa is not None
+
+    @property
+    def bound(self) -> int:
+        """Its number of states, or a bound on it before it is built."""
+        return self._bound
+
+    @property
+    def _key(self) -> bytes | tuple[str, str]:
         """The table's digest, kept on the DFA (:attr:`~constrain.automata.dfa.ByteDFA.digest`): the automata compilers
-        share per process (keys other than some names, patterns) are wrapped anew by every grammar using them."""
-        return self.dfa.digest
+        share per process (keys other than some names, patterns) are wrapped anew by every grammar using them. For
+        one built later, the key it was given."""
+        return ("later", self._later_key) if self._later_key is not None else self._dfa.digest
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Automaton) and self._key == other._key
@@ -137,7 +171,9 @@ class Automaton:
         return hash(self._key)
 
     def __repr__(self) -> str:
-        return f"Automaton({self.dfa.num_states} states, {self._key.hex()[:12]})"
+        if self._later_key is not None:
+            return f"Automaton(built later: {self._later_key})"
+        return f"Automaton({self._dfa.num_states} states, {self._key.hex()[:12]})"
 
 
 Expr = Literal | Regex | Ref | Seq | Alt | Repeat | Automaton | Token | TokensExcept

@@ -58,7 +58,8 @@ def build_pushdown(grammar: Grammar, *, deadline: float | None = None, lazy: boo
     being built then.
 
     ``lazy`` determinises only the start rule, the call-free rules (terminals, where automata can grow large:
-    mostly shared and cached) and the rules whose NFA could pass :data:`EAGER_NFA_STATES` now; every other rule is
+    mostly shared and cached) but an :class:`Automaton` to be built later, and the rules whose NFA could pass
+    :data:`EAGER_NFA_STATES` now; every other rule is
     determinised when a matcher first calls it (:meth:`Pushdown.rule`), so a compile pays only for the rules its
     first masks reach, and what is too large is still refused at compile time. A rule built later may take as long
     as the compile was allowed (``deadline``, or the time limit in force). The checks do not need those DFAs: they
@@ -126,7 +127,9 @@ def build_pushdown(grammar: Grammar, *, deadline: float | None = None, lazy: boo
 
         def eager(i: int, body: Expr) -> bool:
             check_deadline()  # a grammar of tens of thousands of rules takes a good part of a second here
-            return not lazy or i == 0 or not calling[i] or _nfa_bound(body, memo) > EAGER_NFA_STATES
+            if not lazy or i == 0 or (not calling[i] and not (type(body) is Automaton and not body.built)):
+                return True
+            return _nfa_bound(body, memo) > EAGER_NFA_STATES
 
         rules = [None if body is None else build(i) if eager(i, body) else None for i, body in enumerate(bodies)]
 
@@ -175,7 +178,7 @@ def _nfa_bound(expr: Expr, memo: dict[int, int]) -> int:
     if kind is Regex:
         return 1 + terminal_dfa(expr.pattern).num_states
     if kind is Automaton:
-        return 1 + expr.dfa.num_states
+        return 1 + expr.bound
     found = memo.get(id(expr))
     if found is None:
         if kind is Repeat:
@@ -349,7 +352,7 @@ def _key_part(expr: Expr, nodes: list[tuple], numbered: dict[int, int]) -> int |
             nodes.append(node)
         return at
     if kind is Automaton:
-        return ("A", expr.dfa.digest)
+        return ("A", expr._key)
     leaf = _LEAVES.get(kind)
     if leaf is None:
         raise TypeError(f"not an expression: {expr!r}")

@@ -5,6 +5,7 @@ terminals, rule DFAs less some words, and what a pickled expression keeps."""
 from __future__ import annotations
 
 import pickle
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 from constrain.compilers.json_schema.strings import _key_except_dfa
 from constrain.compilers.json_schema.values import _STRING as STRING_PATTERN
 from constrain.errors import GrammarError, RegexError
-from constrain.grammar.ir import Alt, Grammar, Literal, Ref, Regex, Repeat, Seq, calls_of, shared
+from constrain.grammar.ir import Alt, Automaton, Grammar, Literal, Ref, Regex, Repeat, Seq, calls_of, shared
 from constrain.grammar.rules import _rule_dfa, build_pushdown, terminal_dfa
 from constrain.runtime.masks import walk_bytes
 
@@ -339,8 +340,6 @@ def test_settled_rules_are_taken_as_checked_and_the_others_are_checked_as_before
 def test_the_json_schema_compilers_settled_rules_are_what_it_vouches_for(whitespace):
     """Each settled rule of a JSON Schema grammar completes, reads a byte first and first calls only settled rules:
     checked here on the IR, since compiles take it as read."""
-    from dataclasses import replace
-
     from constrain.compilers.json_schema import schema_to_grammar
 
     schema = {"type": "object", "properties": {"a": {}, "b": {"type": "array", "items": {}}, "c": {"type": "string"}}}
@@ -362,6 +361,32 @@ def test_the_json_schema_compilers_settled_rules_are_what_it_vouches_for(whitesp
     for name in settled:
         first, empty = _first_calls(grammar.rules[name], nullable) if name in calling else (set(), nullable[name])
         assert not empty and first <= settled, name
+
+
+def test_an_automaton_built_later_is_built_when_its_rule_is_first_called():
+    from constrain.runtime.pushdown import Machine
+
+    built: list[str] = []
+
+    def build():
+        built.append("words")
+        return terminal_dfa('"[a-z]+"')
+
+    later = Automaton.later(build, "words", 64)
+    assert not later.built and later.bound == 64 and repr(later) == "Automaton(built later: words)"
+    assert later == Automaton.later(build, "words", 8) and later != Automaton(terminal_dfa('"[a-z]+"'))
+    rules = {"s": Seq((Literal("k="), Ref("w"))), "w": later}
+    pushdown = build_pushdown(Grammar(rules, "s", settled=frozenset({"w"})), lazy=True)
+    assert not built and not pushdown.is_built(pushdown.names.index("w"))
+    machine = Machine(pushdown)
+    assert _reads(machine, b'k="abc"') and built == ["words"] and later.built and later.bound == later.dfa.num_states
+    assert not _reads(machine, b'k="A"') and built == ["words"]
+    # the checks build one its writer did not vouch for, as a pushdown that is not lazy does
+    for grammar, lazy in ((Grammar(rules, "s"), True), (Grammar(rules, "s", settled=frozenset({"w"})), False)):
+        built.clear()
+        rules["w"] = Automaton.later(build, "words", 64)
+        build_pushdown(replace(grammar, rules=dict(rules)), lazy=lazy)
+        assert built == ["words"]
 
 
 def test_a_grammar_with_deferred_rules_needs_a_writer():

@@ -29,7 +29,7 @@ from constrain.compilers.json_schema.keywords import (
 )
 from constrain.compilers.json_schema.layout import NULLABLE_SHARED, _any_value_rules, _Layout, _layout, _shared_body
 from constrain.compilers.json_schema.numbers import _NumberRules
-from constrain.compilers.json_schema.objects import _ObjectRules
+from constrain.compilers.json_schema.objects import KEY_EXCEPT_PREFIX, _ObjectRules
 from constrain.compilers.json_schema.rules import _finalize
 from constrain.compilers.json_schema.strings import _StringRules
 from constrain.errors import ArgumentError, AutomatonTooLarge, GrammarError, JsonSchemaError
@@ -601,7 +601,7 @@ class _Compiler(
             {name: self.origins[name] for name in (*rules, *deferred) if name in self.origins},
             deferred=frozenset(deferred),
             write_later=self.write_later if deferred else None,
-            settled=frozenset(name for name in rules if name in self.library and name not in NULLABLE_SHARED),
+            settled=frozenset(name for name in rules if _settled(name, self.library)),
         )
 
     def write_later(self, name: str, known: Set[str]) -> Grammar:
@@ -734,6 +734,13 @@ def compile_json_schema(schema: Any, vocab, **options):
 #: Objects and arrays in a schema past which its compile pauses the garbage collector from the start (a median
 #: dev-set schema has 10; those whose TTFM is above the 90th percentile, 136).
 PAUSE_NODES = 32
+
+
+def _settled(name: str, library: Set[str]) -> bool:
+    """Whether the compiler vouches for rule ``name`` (:attr:`~constrain.grammar.ir.Grammar.settled`): a shared rule
+    that reads a byte first, or the keys other than an object's names (a JSON string, less finitely many: it
+    completes, reads a quote first and calls nothing), which is then not built for the checks."""
+    return (name in library and name not in NULLABLE_SHARED) or name.startswith(KEY_EXCEPT_PREFIX)
 
 
 def _scalar_types(names: Any) -> tuple[str, ...] | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from typing import NamedTuple
 
 from constrain.automata.limits import MAX_DFA_STATES
@@ -41,6 +42,8 @@ from constrain.compilers.json_schema.values import _is_utf8, _json_string
 from constrain.errors import AutomatonTooLarge, JsonSchemaError
 from constrain.grammar.ir import Alt, Automaton, Expr, Literal, Ref, Repeat, Seq, shared
 
+#: The names of the rules of the keys other than an object's names (:meth:`_ObjectRules.key_except`).
+KEY_EXCEPT_PREFIX = "json_key_except:"
 #: Most ``patternProperties`` patterns that apply to one object (the key space splits into 2**n regions).
 MAX_PATTERN_PROPERTIES = 4
 #: Members of an object read in place in one rule before the rest is a rule of its own; also the fan-out of the
@@ -688,8 +691,14 @@ class _ObjectRules:
         so its automaton returns only after the closing quote and its string states share their masks with every
         other string (see :class:`~constrain.runtime.lexical.LexicalMasks`)."""
         distinct = tuple(sorted(set(names)))
-        rule = "json_key_except:" + ",".join(map(_json_string, distinct))  # unambiguous: each name is quoted
+        rule = KEY_EXCEPT_PREFIX + ",".join(map(_json_string, distinct))  # unambiguous: each name is quoted
         if rule not in self.rules:
+            # At most a state per byte of the names' JSON text (4 a character in UTF-8) beside the few of any JSON
+            # string: one that cannot pass the bound is built when a matcher first reads such a key.
+            bound = 4 * len(rule) + 64
+            if self.lazy and bound <= MAX_DFA_STATES:
+                self.rules[rule] = Automaton.later(partial(_key_except_dfa, distinct), rule, bound)
+                return Ref(rule)
             try:
                 self.rules[rule] = Automaton(_key_except_dfa(distinct))
             except AutomatonTooLarge:

@@ -369,6 +369,28 @@ def test_arrays_of_plain_items_share_one_rule_per_kind():
                    {"a": ["p", "q"], "d": ["x"]}])  # fmt: skip
 
 
+def test_the_keys_other_than_an_objects_names_are_built_when_a_matcher_first_reads_one(gemma_tokenizer, gemma_vocab):
+    schema = {
+        "type": "object",
+        "properties": {"id": {"type": "integer"}, "tag": {"type": "string"}},
+        "required": ["id"],
+    }
+    structure = compile_json_schema(schema, gemma_vocab)
+    keys = structure.pushdown.names.index('json_key_except:"id","tag"')
+    assert not structure.pushdown.is_built(keys)
+    matcher = structure.matcher()
+    for token in gemma_tokenizer.encode('{"id":7,"tagged":"x"}', add_special_tokens=False):
+        assert matcher.mask()[token >> 5] >> (token & 31) & 1
+        matcher.advance(token)
+    assert matcher.is_accepting() and structure.pushdown.is_built(keys)
+    # a lowering that is not lazy builds it at once, and so does a lazy one past the bound on its states, whose
+    # refusal must come at compile time
+    assert schema_to_grammar(schema)[0].rules['json_key_except:"id","tag"'].built
+    many = {f"{i:05d}" + "x" * 2000: {} for i in range(30)}
+    lazy, _ = schema_to_grammar({"type": "object", "properties": many}, lazy=True)
+    assert next(body for name, body in lazy.rules.items() if name.startswith("json_key_except:")).built
+
+
 def test_draft07_spellings_without_a_declared_dialect():
     """No $schema: 2020-12 plus the draft-07 spellings (dependencies, items as a list with additionalItems)."""
     draft7 = jsonschema.Draft7Validator
