@@ -1,19 +1,19 @@
 """How TTFM grows with an object's properties, constrain against llguidance in the same run.
 
     .venv/bin/python benchmarks/ttfm_scaling.py                      # 1..40 properties of mixed kinds
-    .venv/bin/python benchmarks/ttfm_scaling.py --kinds plain        # every property {"type": "integer", ...}
+    .venv/bin/python benchmarks/ttfm_scaling.py --kinds enum         # every property an enum of three strings
     .venv/bin/python benchmarks/ttfm_scaling.py --phases             # constrain alone, its TTFM split by phase
 
 MaskBench's schemas differ in many ways at once; here one thing changes: the number of properties of one object.
 Each trial draws an object of N properties with names not seen before (so no cache holds its rules), half of them
-required. ``mixed`` properties cycle through the kinds real schemas use most (a string with a description, an
-integer, a boolean, a number with a minimum, an enum of three strings, an array of strings, a string or null, an
-object of two properties); ``plain`` ones are all ``{"type": "integer", "description": ...}``. Both engines compile
-the same object, one after the other, each after ``--flush-mb`` MiB of memory is touched (as in the whole-set run,
-where the other engine and the timed tests run between two compiles), on one CPU (``--cpu``). Printed per N: the
-median TTFM of each engine (compile, a matcher and its first mask, as ``benchmarks/maskbench.py`` measures it),
-their ratio, and the cost of a property (the least-squares slope of the medians over N) and of the object around
-it (the intercept).
+required. ``--kinds`` picks the properties' values among those real schemas use most (:data:`KINDS`: a string with
+a description, an integer with one, a boolean, a number with a minimum, an enum of three strings, an array of
+strings, a string or null, an object of two properties); ``mixed`` (the default) takes them in turn. Both engines
+compile the same object, one after the other, each after ``--flush-mb`` MiB of memory is touched (as in the
+whole-set run, where the other engine and the timed tests run between two compiles), on one CPU (``--cpu``). Printed
+per N: the median TTFM of each engine (compile, a matcher and its first mask, as ``benchmarks/maskbench.py``
+measures it) and their ratio; then the cost of a property (the least-squares slope of the medians over N) and of the
+object around it (the intercept).
 
 ``--phases`` times constrain alone with ``benchmarks/ttfm_profile.py``'s phases (which adds the cost of its
 timers), to show which phases grow with the properties.
@@ -32,29 +32,28 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-KINDS = ("mixed", "plain")
+#: The kinds of property values, as their subschemas: ``mixed`` cycles through them, any other choice is one of them.
+KINDS = {
+    "string": lambda word: {"type": "string", "description": f"The {word()}"},
+    "integer": lambda word: {"type": "integer", "description": word()},
+    "boolean": lambda word: {"type": "boolean"},
+    "number": lambda word: {"type": "number", "minimum": 0},
+    "enum": lambda word: {"type": "string", "enum": [word(), word(), word()]},
+    "array": lambda word: {"type": "array", "items": {"type": "string"}},
+    "nullable": lambda word: {"type": ["string", "null"]},
+    "object": lambda word: {"type": "object", "properties": {word(): {"type": "string"}, word(): {"type": "integer"}}},
+}
 
 
 def object_schema(rng: random.Random, size: int, kinds: str) -> dict:
-    """An object of ``size`` properties of ``kinds`` with fresh names, the first half required."""
+    """An object of ``size`` properties of ``kinds`` (``mixed`` or one of :data:`KINDS`) with fresh names, the
+    first half required."""
 
     def word() -> str:
         return "".join(rng.choice("abcdefghijklmnopqrstuvwxyz_") for _ in range(rng.randint(4, 14)))
 
-    def value(i: int) -> dict:
-        kind = 1 if kinds == "plain" else i % 8
-        return [
-            {"type": "string", "description": f"The {word()}"},
-            {"type": "integer", "description": word()},
-            {"type": "boolean"},
-            {"type": "number", "minimum": 0},
-            {"type": "string", "enum": [word(), word(), word()]},
-            {"type": "array", "items": {"type": "string"}},
-            {"type": ["string", "null"]},
-            {"type": "object", "properties": {word(): {"type": "string"}, word(): {"type": "integer"}}},
-        ][kind]
-
-    properties = {f"{word()}{i}": value(i) for i in range(size)}
+    makers = list(KINDS.values()) if kinds == "mixed" else [KINDS[kinds]]
+    properties = {f"{word()}{i}": makers[i % len(makers)](word) for i in range(size)}
     return {"type": "object", "properties": properties, "required": list(properties)[: size // 2]}
 
 
@@ -68,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", default="1,5,10,20,40", help="properties per object (default 1,5,10,20,40)")
     p.add_argument("--trials", type=int, default=30, help="objects per size (default 30)")
-    p.add_argument("--kinds", choices=KINDS, default="mixed", help="the properties' kinds (default mixed)")
+    p.add_argument(
+        "--kinds", choices=["mixed", *KINDS], default="mixed", help="the properties' kinds (default mixed: all in turn)"
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the names and kinds (default 0)")
     p.add_argument("--engines", default="constrain,llguidance", help="engines compared (default constrain,llguidance)")
     p.add_argument("--phases", action="store_true", help="constrain alone, its TTFM split by phase")

@@ -208,8 +208,8 @@ class Grammar:
     write_later: Callable[[str, Set[str]], Grammar] | None = field(default=None, compare=False)
     #: Rules whose writer vouches for what the checks of :func:`~constrain.grammar.rules.build_pushdown` would
     #: establish: each completes, reads a byte before it completes, and calls before reading a byte only rules of
-    #: this set, which none of them can call again before a byte (shared rules, the same in every grammar that
-    #: holds them, checked once by their writer's tests rather than in every compile).
+    #: this set, which none of them can call again before a byte (rules a compiler writes the same way in every
+    #: grammar, or whose language it knows, checked by its tests rather than in every compile).
     settled: frozenset[str] = field(default=frozenset(), compare=False)
 
 

@@ -59,9 +59,9 @@ def build_pushdown(grammar: Grammar, *, deadline: float | None = None, lazy: boo
 
     ``lazy`` determinises only the start rule, the call-free rules (terminals, where automata can grow large:
     mostly shared and cached) but an :class:`Automaton` to be built later, and the rules whose NFA could pass
-    :data:`EAGER_NFA_STATES` now; every other rule is
-    determinised when a matcher first calls it (:meth:`Pushdown.rule`), so a compile pays only for the rules its
-    first masks reach, and what is too large is still refused at compile time. A rule built later may take as long
+    :data:`EAGER_NFA_STATES` now; every other rule is determinised when a matcher first calls it
+    (:meth:`Pushdown.rule`), so a compile pays only for the rules its first masks reach, and what is too large is
+    still refused at compile time. A rule built later may take as long
     as the compile was allowed (``deadline``, or the time limit in force). The checks do not need those DFAs: they
     read the rules' bodies.
 
@@ -76,7 +76,8 @@ def build_pushdown(grammar: Grammar, *, deadline: float | None = None, lazy: boo
         )
     if grammar.deferred and grammar.write_later is None:
         raise GrammarError("a grammar with deferred rules needs write_later")
-    settled = _still_settled(grammar, hoisted := _hoist_terminals(grammar))
+    hoisted = _hoist_terminals(grammar)
+    settled = _still_settled(grammar, hoisted)
     grammar = hoisted
     alias = _aliases(grammar.rules)
     start = alias.get(grammar.start, grammar.start)

@@ -466,9 +466,8 @@ class _Compiler(
         const), else the call. A value of a few literals is cheaper read in place than compiled, checked and kept
         as a rule of its own, and reads the same text."""
         body = self.rules.get(value.rule)
-        if type(body) is Literal:
-            return body if len(body.value) <= MAX_IN_PLACE_BYTES else value
-        if type(body) is Alt and sum(_literal_size(item) for item in body.items) <= MAX_IN_PLACE_BYTES:
+        literals = (body,) if type(body) is Literal else body.items if type(body) is Alt else None
+        if literals is not None and sum(map(_literal_size, literals)) <= MAX_IN_PLACE_BYTES:
             return body
         return value
 
@@ -752,8 +751,8 @@ def _scalar_types(names: Any) -> tuple[str, ...] | None:
 
 
 def _literal_size(expr: Expr) -> int:
-    """The length of a text literal; past any bound for anything else."""
-    return len(expr.value) if type(expr) is Literal and isinstance(expr.value, str) else MAX_IN_PLACE_BYTES + 1
+    """The length of a literal; past :data:`MAX_IN_PLACE_BYTES` for anything else."""
+    return len(expr.value) if type(expr) is Literal else MAX_IN_PLACE_BYTES + 1
 
 
 def _more_nodes_than(schema: Any, limit: int) -> bool:

@@ -689,7 +689,9 @@ class _ObjectRules:
         """A JSON string other than the given names (see :func:`_key_except_dfa`); None, refused at ``ptr``, when
         it needs too large an automaton (tens of thousands of long names). A rule that calls no other rule,
         so its automaton returns only after the closing quote and its string states share their masks with every
-        other string (see :class:`~constrain.runtime.lexical.LexicalMasks`)."""
+        other string (see :class:`~constrain.runtime.lexical.LexicalMasks`). A lazy lowering leaves the automaton
+        to be built when a matcher first reads such a key (:meth:`~constrain.grammar.ir.Automaton.later`), unless
+        its size could reach the bound whose refusal belongs to the compile."""
         distinct = tuple(sorted(set(names)))
         rule = KEY_EXCEPT_PREFIX + ",".join(map(_json_string, distinct))  # unambiguous: each name is quoted
         if rule not in self.rules:
