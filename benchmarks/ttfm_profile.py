@@ -126,6 +126,16 @@ def install(timers: Timers) -> None:
     pushdown.PushdownMasks.__init__ = timers.wrap("masks setup", pushdown.PushdownMasks.__init__)
 
 
+def add_cpu_option(parser: argparse.ArgumentParser) -> None:
+    """``--cpu``, the CPU a one-process benchmark stays on (:func:`maskbench.measurement_cpu` reads it)."""
+    parser.add_argument(
+        "--cpu",
+        default="auto",
+        help="the CPU the run stays on: 'auto' (default) the first this process may use, a CPU number, or 'none' "
+        "(see maskbench.measurement_cpu)",
+    )
+
+
 def report(records: list[dict], title: str) -> None:
     """The phases' sums, shares and percentiles over ``records``."""
     ms = 1e3 * np.array([r["ttfm"] for r in records])
@@ -167,12 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         default=64,
         help="MiB of memory touched before each schema, as the whole-set run's other engine and tests do (default 64)",
     )
-    p.add_argument(
-        "--cpu",
-        default="auto",
-        help="the CPU the run stays on: 'auto' (default) the first this process may use, a CPU number, or 'none' "
-        "(see maskbench.measurement_cpu)",
-    )
+    add_cpu_option(p)
     args = p.parse_args(argv)
 
     import maskbench as mb

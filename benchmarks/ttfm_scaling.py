@@ -32,6 +32,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import ttfm_profile  # noqa: E402  (a sibling script: the path above finds it)
+
 #: The kinds of property values, as their subschemas: ``mixed`` cycles through them, any other choice is one of them.
 KINDS = {
     "string": lambda word: {"type": "string", "description": f"The {word()}"},
@@ -74,12 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--engines", default="constrain,llguidance", help="engines compared (default constrain,llguidance)")
     p.add_argument("--phases", action="store_true", help="constrain alone, its TTFM split by phase")
     p.add_argument("--flush-mb", type=int, default=64, help="MiB touched before each compile (default 64)")
-    p.add_argument(
-        "--cpu",
-        default="auto",
-        help="the CPU the run stays on: 'auto' (default) the first this process may use, a CPU number, or 'none' "
-        "(see maskbench.measurement_cpu)",
-    )
+    ttfm_profile.add_cpu_option(p)
     args = p.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
 
@@ -100,8 +97,6 @@ def main(argv: list[str] | None = None) -> int:
         engines[name] = engine
     timers = None
     if args.phases:
-        import ttfm_profile
-
         timers = ttfm_profile.Timers()
         ttfm_profile.install(timers)
     bitmask = np.zeros((1, (vocab.size + 31) // 32), dtype=np.int32)
