@@ -29,7 +29,7 @@ from constrain.compilers.json_schema.keywords import (
 )
 from constrain.compilers.json_schema.layout import NULLABLE_SHARED, _any_value_rules, _Layout, _layout, _shared_body
 from constrain.compilers.json_schema.numbers import _NumberRules
-from constrain.compilers.json_schema.objects import KEY_EXCEPT_PREFIX, _ObjectRules
+from constrain.compilers.json_schema.objects import _ObjectRules
 from constrain.compilers.json_schema.rules import _finalize
 from constrain.compilers.json_schema.strings import _StringRules
 from constrain.errors import ArgumentError, AutomatonTooLarge, GrammarError, JsonSchemaError
@@ -84,6 +84,11 @@ class _Compiler(
         #: The rules every schema shares (lexical pieces, any JSON value): productive, free of alias cycles and
         #: calling only each other, so the clean-up takes them as they are.
         self.library: set[str] = set()
+        #: The rules the grammar names settled (:attr:`~constrain.grammar.ir.Grammar.settled`): the shared rules
+        #: that read a byte first (all but :data:`~constrain.compilers.json_schema.layout.NULLABLE_SHARED`) and
+        #: the keys other than an object's names (a JSON string less finitely many: it completes, reads a quote
+        #: first and calls nothing), which the checks then do not build.
+        self.settled: set[str] = set()
         self.memo: dict[Any, Any] = {}
         self.unsat: dict[Any, _Unsatisfiable] = {}
         self.notes: list[str] = []
@@ -163,6 +168,8 @@ class _Compiler(
         if name not in self.rules:
             self.rules[name] = _shared_body(name, self.max_ws)
             self.library.add(name)
+            if name not in NULLABLE_SHARED:
+                self.settled.add(name)
         return Ref(name)
 
     def layout(self, depth: int | None) -> _Layout:
@@ -176,6 +183,7 @@ class _Compiler(
             rules = _any_value_rules(self.whitespace, self.max_ws, depth)
             self.rules.update(rules)
             self.library.update(rules)
+            self.settled.update(name for name in rules if name not in NULLABLE_SHARED)
         return Ref(name)
 
     # -- parts -----------------------------------------------------------------------------------------------
@@ -600,7 +608,7 @@ class _Compiler(
             {name: self.origins[name] for name in (*rules, *deferred) if name in self.origins},
             deferred=frozenset(deferred),
             write_later=self.write_later if deferred else None,
-            settled=frozenset(name for name in rules if _settled(name, self.library)),
+            settled=frozenset(name for name in rules if name in self.settled),
         )
 
     def write_later(self, name: str, known: Set[str]) -> Grammar:
@@ -733,13 +741,6 @@ def compile_json_schema(schema: Any, vocab, **options):
 #: Objects and arrays in a schema past which its compile pauses the garbage collector from the start (a median
 #: dev-set schema has 10; those whose TTFM is above the 90th percentile, 136).
 PAUSE_NODES = 32
-
-
-def _settled(name: str, library: Set[str]) -> bool:
-    """Whether the compiler vouches for rule ``name`` (:attr:`~constrain.grammar.ir.Grammar.settled`): a shared rule
-    that reads a byte first, or the keys other than an object's names (a JSON string, less finitely many: it
-    completes, reads a quote first and calls nothing), which is then not built for the checks."""
-    return (name in library and name not in NULLABLE_SHARED) or name.startswith(KEY_EXCEPT_PREFIX)
 
 
 def _scalar_types(names: Any) -> tuple[str, ...] | None:

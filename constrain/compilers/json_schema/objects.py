@@ -116,8 +116,9 @@ class _ObjectRules:
     counts.
 
     A mixin of :class:`~constrain.compilers.json_schema.compiler._Compiler`. It relies on the compiler's ``doc``,
-    ``node``, ``rules``, ``names`` and ``ap_default``; on its methods ``conj``, ``normalise``, ``live_keys``,
-    ``known_here``, ``layout``, ``shared``, ``bracketed``, ``refuse`` and ``unsatisfiable``; on ``merge`` and
+    ``node``, ``rules``, ``settled``, ``names`` and ``ap_default``; on its methods ``conj``, ``normalise``,
+    ``live_keys``, ``known_here``, ``layout``, ``shared``, ``bracketed``, ``refuse`` and ``unsatisfiable``; on
+    ``merge`` and
     ``evaluated_beside`` (:class:`~constrain.compilers.json_schema.combinators._Combinators`); and on ``search``,
     ``string_cdfa`` and ``encoded`` (:class:`~constrain.compilers.json_schema.strings._StringRules`)."""
 
@@ -698,6 +699,7 @@ class _ObjectRules:
             # At most a state per byte of the names' JSON text (4 a character in UTF-8) beside the few of any JSON
             # string: one that cannot pass the bound is built when a matcher first reads such a key.
             bound = 4 * len(rule) + 64
+            self.settled.add(rule)
             if self.lazy and bound <= MAX_DFA_STATES:
                 self.rules[rule] = Automaton.later(partial(_key_except_dfa, distinct), rule, bound)
                 return Ref(rule)
