@@ -118,9 +118,8 @@ class _ObjectRules:
     A mixin of :class:`~constrain.compilers.json_schema.compiler._Compiler`. It relies on the compiler's ``doc``,
     ``node``, ``rules``, ``settled``, ``names`` and ``ap_default``; on its methods ``conj``, ``normalise``,
     ``live_keys``, ``known_here``, ``layout``, ``shared``, ``bracketed``, ``refuse`` and ``unsatisfiable``; on
-    ``merge`` and
-    ``evaluated_beside`` (:class:`~constrain.compilers.json_schema.combinators._Combinators`); and on ``search``,
-    ``string_cdfa`` and ``encoded`` (:class:`~constrain.compilers.json_schema.strings._StringRules`)."""
+    ``merge`` and ``evaluated_beside`` (:class:`~constrain.compilers.json_schema.combinators._Combinators`); and on
+    ``search``, ``string_cdfa`` and ``encoded`` (:class:`~constrain.compilers.json_schema.strings._StringRules`)."""
 
     def object_expr(self, sh: _Shape, depth: int | None, name: str, *, alternative: bool = False) -> Expr:
         """The object of ``sh``. ``alternative``: it is one of several alternatives read in place (see
