@@ -179,27 +179,40 @@ class _Deferral:
         return len(seen) >= count
 
     def _certify(self, root: str) -> None:
-        """Decide every subschema ``root`` reaches: explore them, mark those that reach a subschema outside the
-        certified set or lie on a cycle of references and branches, then find which are productive.
+        """Decide every subschema ``root`` reaches: explore them, mark those that lie on a cycle of references and
+        branches or reach one, then find which are productive. The walk stops at the first subschema outside the
+        certified set: ``root`` and those it passed through to get there are refused, the rest stay undecided.
 
-        Verdicts are final once written, so each subschema is explored once per compile, and the children's nodes
-        are kept in the document's node cache as they are met (the lowering reads them there too)."""
+        Verdicts are final once written, so each subschema is explored at most once per compile unless a walk
+        stops, and the children's nodes are kept in the document's node cache as they are met (the lowering reads
+        them there too)."""
         certified = self._certified
         nodes = self.doc.nodes
         found: dict[str, tuple[_Formula, tuple[str, ...], tuple[str, ...]]] = {}
+        finder: dict[str, str] = {}  # per subschema found, the one whose walk met it first
         work = [root]
         while work:
             ptr = work.pop()
-            if ptr in found or ptr in certified:
+            if ptr in found:
                 continue
-            local = self._local(ptr, nodes.get(ptr, _UNREAD))
-            if local is None:
+            verdict = certified.get(ptr)
+            if verdict is None:
+                local = self._local(ptr, nodes.get(ptr, _UNREAD))
+                if local is not None:
+                    found[ptr] = local
+                    for child in (*local[1], *local[2]):
+                        if child not in found:
+                            finder.setdefault(child, ptr)
+                            work.append(child)
+                    continue
                 certified[ptr] = False
+            elif verdict:
                 continue
-            found[ptr] = local
-            work += local[1]
-            work += local[2]
-        if not found:
+            # Whatever reaches a subschema refused certification is refused too: so are the root and the
+            # subschemas the walk passed through to meet this one. The others found are left undecided.
+            while ptr != root:
+                ptr = finder[ptr]
+                certified[ptr] = False
             return
         bad = self._uncertified(found)
         productive = {ptr: False for ptr in found if ptr not in bad}
@@ -215,22 +228,10 @@ class _Deferral:
                 children[ptr] = local[1] + local[2]
 
     def _uncertified(self, found: Mapping[str, tuple[_Formula, tuple[str, ...], tuple[str, ...]]]) -> set[str]:
-        """Those of ``found`` that reach a subschema refused certification, or lie on a cycle of subschemas
-        applied to the same value (references and branches)."""
-        is_certified = self._certified.get
-        bad: set[str] = set()
-        in_place: dict[str, list[str]] = {}
-        for ptr, (_, same_value, below) in found.items():
-            for child in below:
-                if is_certified(child) is False:
-                    bad.add(child)
-            if same_value:
-                for child in same_value:
-                    if is_certified(child) is False:
-                        bad.add(child)
-                in_place[ptr] = [child for child in same_value if child in found]
-        if in_place:
-            bad.update(_on_cycles(in_place))
+        """Those of ``found`` (a walk whose every subschema met was found or certified) that lie on a cycle of
+        subschemas applied to the same value (references and branches), or reach one."""
+        in_place = {ptr: [c for c in same if c in found] for ptr, (_, same, _) in found.items() if same}
+        bad = _on_cycles(in_place) if in_place else set()
         if not bad:
             return bad
         callers = _callers(found, found)

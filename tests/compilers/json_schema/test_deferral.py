@@ -227,6 +227,24 @@ def test_certified_values_are_put_off(value, put_off_all):
     assert _same_outcomes(schema, [*values, {"v": {"x-a": 1}}, {"v": {"abc": 1}}, {"v": {"abc": "s", "A": 1}}])
 
 
+def test_a_walk_that_meets_a_refused_subschema_stops_and_leaves_the_rest_to_later_walks():
+    """The walk from ``v`` stops at the array of unique items: ``v`` and the property it passed through are refused
+    at once; what it met besides is decided by a walk of its own, as a compile that asked for it first decides."""
+    leaf = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    inner = {"type": "object", "properties": {"x": leaf, "y": {"type": "array", "uniqueItems": True}}}
+    schema = {"type": "object", "properties": {"v": {"type": "object", "properties": {"a": leaf, "b": inner}}}}
+    c = compiler(schema)
+    c._certify("/properties/v")
+    assert c._certified["/properties/v"] is False
+    assert c._certified["/properties/v/properties/b"] is False
+    assert c._certified["/properties/v/properties/b/properties/y"] is False
+    assert "/properties/v/properties/a" not in c._certified  # met, left undecided
+    for ptr in ("/properties/v/properties/a", "/properties/v/properties/b/properties/x"):
+        if ptr not in c._certified:
+            c._certify(ptr)
+        assert c._certified[ptr] and c._productive[ptr] and certified(schema, ptr)
+
+
 @pytest.mark.parametrize(
     ("root", "own", "put_off"),
     [
