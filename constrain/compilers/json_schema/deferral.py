@@ -97,6 +97,8 @@ _TYPE_NAMES = frozenset({"null", "boolean", "integer", "number", "string", "arra
 _ONE_TYPE = {name: frozenset({name}) for name in _TYPE_NAMES}
 #: The productivity of a subschema no value satisfies.
 _NO_VALUE = ("any", ())
+#: What a subschema that holds whatever it reaches and reaches nothing needs of others (:meth:`_Deferral._local`).
+_HOLDS = (True, (), ())
 
 # A subschema's productivity: True, a pointer (productive when that subschema is), or ("any" | "all", terms).
 _Formula = Any
@@ -299,6 +301,8 @@ class _Deferral:
         validation = self._validation_keywords(ptr, node)
         if validation is None:
             return None
+        if validation == ["type"]:  # two in five subschemas: every type a non-empty list names has a value
+            return None if _types_of(node["type"]) is None else _HOLDS
         if not _CONJOINING.isdisjoint(validation) or ("$ref" in node and len(validation) > 1):
             return self._conj_local((_Part(ptr),))
         if "$ref" in node:
