@@ -97,7 +97,7 @@ _TYPE_NAMES = frozenset({"null", "boolean", "integer", "number", "string", "arra
 _ONE_TYPE = {name: frozenset({name}) for name in _TYPE_NAMES}
 #: The productivity of a subschema no value satisfies.
 _NO_VALUE = ("any", ())
-#: What a subschema that holds whatever it reaches and reaches nothing needs of others (:meth:`_Deferral._local`).
+#: :meth:`_Deferral._local` of a subschema that some value satisfies and that applies no other subschema.
 _HOLDS = (True, (), ())
 
 # A subschema's productivity: True, a pointer (productive when that subschema is), or ("any" | "all", terms).
@@ -329,7 +329,7 @@ class _Deferral:
         if types is None:
             return None
         if "enum" in node or "const" in node:
-            return (True, (), ()) if self._some_value(node, validation, types) else None
+            return _HOLDS if self._some_value(node, validation, types) else None
         return self._conj_merge([(_Part(ptr), node, validation)])
 
     # -- conjunctions ------------------------------------------------------------------------------------------
@@ -374,7 +374,7 @@ class _Deferral:
                 return _NO_VALUE, (), ()
             except JsonSchemaError:
                 return None
-            return True, (), ()
+            return _HOLDS
         for part, _, validation in read:
             for kw in _CERTIFIED_BRANCHING:
                 if kw in validation:

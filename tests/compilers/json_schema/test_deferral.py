@@ -187,6 +187,8 @@ def test_what_lowering_could_refuse_or_find_empty_is_not_put_off(value, put_off_
     "value",
     [
         {"type": "string"},
+        {"type": "object"},
+        {"type": ["array", "null"]},
         {"type": ["string", "null"], "maxLength": 4},
         {"type": "string", "pattern": "^[a-z]{2,5}$"},
         {"type": "string", "format": "date-time"},
