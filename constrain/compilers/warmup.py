@@ -59,6 +59,7 @@ _SCHEMA = {
         "extra": {"anyOf": [{"type": "null"}, {"type": "boolean"}, {"type": "object"}]},
         "mail": {"type": "string", "format": "email", "pattern": "^[a-z]"},  # languages intersected
         "nick": {"type": "string", "pattern": "^(?!ab)[a-z]+$"},  # a lookahead
+        "levels": {"type": "array", "items": {"enum": ["low", "high"]}},  # an enum as a rule of its own
     },
     "required": ["name", "age"],
 }
@@ -73,7 +74,8 @@ _FORMATS_SCHEMA = {
 _FORMATS_TEXT = json.dumps(FORMAT_EXAMPLES, separators=(",", ":"))
 _SCHEMA_TEXT = (
     '{"name":"Ada","age":36,"score":-1.5e3,"kind":"c1","tags":["ab","c"],"when":"2024-01-31","code":"xyz",'
-    '"address":{"city":"London","zip":"12345"},"extra":{"k":[1,"v",null,{"x":true}]}}'
+    '"address":{"city":"London","zip":"12345"},"extra":{"k":[1,"v",null,{"x":true}]},'
+    '"levels":["high","low"]}'
 )
 #: The JSON schemas whose pieces most schemas share, with texts they accept: walked on the synthetic vocabulary
 #: and, by :func:`_warm_vocabulary`, on the one requests use.

@@ -44,6 +44,7 @@ _PROBE = textwrap.dedent(
             "size": {"type": "number", "minimum": -5, "exclusiveMaximum": 1e6},
             "count": {"type": "integer", "minimum": 3, "maximum": 4000},
             "state": {"enum": ["open", "closed", 7, None]},
+            "levels": {"type": "array", "items": {"enum": ["low", "high"]}},  # an enum as a rule of its own
             "code": {"type": "string", "pattern": "^[A-Z]{2}[0-9]+$", "maxLength": 9},
             "items": {"type": "array", "items": {"$ref": "#/$defs/item"}, "minItems": 1, "maxItems": 4},
             "meta": {"type": "object", "properties": {"k": {"type": "boolean"}}},
