@@ -13,10 +13,9 @@ import pytest
 
 from constrain.compilers.warmup import warmup
 
-# Run in a fresh process (nothing loaded yet) with an empty constrain cache (no walk read back from disk, so every
-# kernel a new walk needs is called): after warmup(), a JSON Schema warmup never saw, on a vocabulary it never saw,
-# is compiled and walked under masks; every numba dispatcher of constrain then lists the signatures it had before.
-_PROBE = textwrap.dedent(
+#: What a probe starts with: each numba dispatcher of constrain's modules, with the signatures it has compiled or
+#: loaded so far.
+_SIGNATURES = textwrap.dedent(
     """
     import json, sys
     from numba.core.dispatcher import Dispatcher
@@ -29,7 +28,14 @@ _PROBE = textwrap.dedent(
                     if isinstance(value, Dispatcher):
                         found[f"{value.py_func.__module__}.{value.py_func.__name__}"] = set(map(str, value.signatures))
         return found
+    """
+)
 
+# Run in a fresh process (nothing loaded yet) with an empty constrain cache (no walk read back from disk, so every
+# kernel a new walk needs is called): after warmup(), a JSON Schema warmup never saw, on a vocabulary it never saw,
+# is compiled and walked under masks; every numba dispatcher of constrain then lists the signatures it had before.
+_PROBE = _SIGNATURES + textwrap.dedent(
+    """
     from constrain.compilers.warmup import warmup
     print("warmup", warmup(), "again", warmup(), file=sys.stderr)
     before = signatures()
@@ -88,20 +94,9 @@ _MASKBENCH = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "m
 # under masks (late writes and lazily built rules included) on a vocabulary warmup never saw. The probe schema
 # above reaches the kernels its author thought of; these reach the ones real schemas do (an enum that is a rule
 # of its own once loaded a kernel in the middle of a compile).
-_DEV_SET_PROBE = textwrap.dedent(
+_DEV_SET_PROBE = _SIGNATURES + textwrap.dedent(
     """
-    import gzip, json, sys
-    from numba.core.dispatcher import Dispatcher
-
-    def signatures():
-        found = {}
-        for name, module in list(sys.modules.items()):
-            if name.startswith("constrain") and module is not None:
-                for attr, value in vars(module).items():
-                    if isinstance(value, Dispatcher):
-                        found[f"{value.py_func.__module__}.{value.py_func.__name__}"] = set(map(str, value.signatures))
-        return found
-
+    import gzip
     from constrain.compilers.json_schema import compile_json_schema
     from constrain.compilers.warmup import warmup
     from constrain.errors import ConstrainError
