@@ -78,12 +78,17 @@ _PROBE = _SIGNATURES + textwrap.dedent(
 )
 
 
-def test_after_warmup_a_new_schema_compiles_no_kernel(tmp_path):
-    env = {**os.environ, "CONSTRAIN_CACHE_DIR": str(tmp_path), "OMP_NUM_THREADS": "1"}
+def _run_probe(probe: str, cache_dir, *args: str, timeout: float) -> object:
+    """Run ``probe`` in a fresh process whose constrain cache is ``cache_dir``; the JSON its last line prints."""
+    env = {**os.environ, "CONSTRAIN_CACHE_DIR": str(cache_dir), "OMP_NUM_THREADS": "1"}
     out = subprocess.run(
-        [sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=600, check=True
+        [sys.executable, "-c", probe, *args], env=env, capture_output=True, text=True, timeout=timeout, check=True
     )
-    new = json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_after_warmup_a_new_schema_compiles_no_kernel(tmp_path):
+    new = _run_probe(_PROBE, tmp_path, timeout=600)
     assert new == {}, f"kernels compiled or loaded after warmup(): {new}"
 
 
@@ -92,8 +97,7 @@ _MASKBENCH = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "m
 
 # The same check over real schemas: every twelfth of the dev set (about 460), each compiled and walked at random
 # under masks (late writes and lazily built rules included) on a vocabulary warmup never saw. The probe schema
-# above reaches the kernels its author thought of; these reach the ones real schemas do (an enum that is a rule
-# of its own once loaded a kernel in the middle of a compile).
+# above reaches the kernels its author thought of; these reach the ones real schemas do.
 _DEV_SET_PROBE = _SIGNATURES + textwrap.dedent(
     """
     import gzip
@@ -133,16 +137,7 @@ _DEV_SET_PROBE = _SIGNATURES + textwrap.dedent(
 @pytest.mark.slow
 @pytest.mark.skipif(not _MASKBENCH.is_file(), reason=f"MaskBench data not found at {_MASKBENCH}")
 def test_after_warmup_dev_set_schemas_load_no_kernel(tmp_path):
-    env = {**os.environ, "CONSTRAIN_CACHE_DIR": str(tmp_path), "OMP_NUM_THREADS": "1"}
-    out = subprocess.run(
-        [sys.executable, "-c", _DEV_SET_PROBE, str(_MASKBENCH)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=True,
-    )
-    report = json.loads(out.stdout.strip().splitlines()[-1])
+    report = _run_probe(_DEV_SET_PROBE, tmp_path, str(_MASKBENCH), timeout=900)
     assert report["compiled"] > 400
     assert report["new"] == {}, f"kernels compiled or loaded after warmup(): {report['new']}"
 
