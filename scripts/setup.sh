@@ -17,10 +17,19 @@ explicit=${PYTHON:+yes}
 PYTHON=${PYTHON:-python3}
 py=.venv/bin/python
 pip() { "$py" -m pip "$@"; }
-base_interpreter() { "$1" -c 'import os, sys; print(os.path.realpath(getattr(sys, "_base_executable", sys.executable)))'; }
-if [ -n "$explicit" ] && [ -x "$py" ] && [ "$(base_interpreter "$py")" != "$(base_interpreter "$PYTHON")" ]; then
-  echo "setup: .venv runs $(base_interpreter "$py"); making it again with $PYTHON" >&2
-  rm -rf .venv
+base_interpreter() {
+  "$1" -c 'import os, sys; print(os.path.realpath(getattr(sys, "_base_executable", sys.executable)))'
+}
+if [ -n "$explicit" ]; then
+  wanted=$(base_interpreter "$PYTHON") || {
+    echo "setup: PYTHON=$PYTHON is not a Python interpreter that runs" >&2
+    exit 2
+  }
+  current=$([ -x "$py" ] && base_interpreter "$py" || true)
+  if [ -n "$current" ] && [ "$current" != "$wanted" ]; then
+    echo "setup: .venv runs $current; making it again with $wanted" >&2
+    rm -rf .venv
+  fi
 fi
 want=$(cat pyproject.toml scripts/setup.sh scripts/vllm-cpu.txt | sha256sum | cut -c1-16)
 stamped() { [ -f ".venv/.constrain-$1" ] && [ "$(cat ".venv/.constrain-$1")" = "$want" ]; }

@@ -17,8 +17,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from tests.shared_data import MASKBENCH_DEV as MASKBENCH
+
 ROOT = Path(__file__).resolve().parent.parent
-MASKBENCH = ROOT.parent / "shared" / "data" / "maskbench-dev.jsonl.gz"
 
 PERSON = {
     "type": "object",

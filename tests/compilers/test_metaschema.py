@@ -12,7 +12,6 @@ from __future__ import annotations
 import gzip
 import json
 import random
-from pathlib import Path
 from typing import Any
 
 import jsonschema_specifications
@@ -27,10 +26,9 @@ from constrain.compilers.metaschema import MAX_DEPTH, certainly_valid
 from constrain.errors import JsonSchemaError
 from constrain.testing import tiny_vocabulary
 from constrain.vocab.vocabulary import Vocabulary
+from tests.shared_data import JSON_SCHEMA_TEST_SUITE as SUITE
+from tests.shared_data import MASKBENCH_DEV as MASKBENCH
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-MASKBENCH = DATA / "maskbench-dev.jsonl.gz"
-SUITE = DATA / "json-schema-test-suite" / "tests"
 #: MaskBench schemas checked against the oracle (jsonschema takes about 6 ms a schema, 50 s for the whole set).
 SAMPLE_SIZE = 1000
 #: Share of the sample's jsonschema-valid (schema, draft) pairs that the fast check must accept. Measured: all

@@ -7,11 +7,11 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from constrain.compilers.warmup import warmup
+from tests.shared_data import MASKBENCH_DEV
 
 #: What a probe starts with: each numba dispatcher of constrain's modules, with the signatures it has compiled or
 #: loaded so far.
@@ -92,9 +92,6 @@ def test_after_warmup_a_new_schema_compiles_no_kernel(tmp_path):
     assert new == {}, f"kernels compiled or loaded after warmup(): {new}"
 
 
-#: MaskBench's dev set, read in place (the MaskBench tests read it there too).
-_MASKBENCH = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "maskbench-dev.jsonl.gz"
-
 # The same check over real schemas: every twelfth of the dev set (about 460), each compiled and walked at random
 # under masks (late writes and lazily built rules included) on a vocabulary warmup never saw. The probe schema
 # above reaches the kernels its author thought of; these reach the ones real schemas do.
@@ -135,9 +132,9 @@ _DEV_SET_PROBE = _SIGNATURES + textwrap.dedent(
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _MASKBENCH.is_file(), reason=f"MaskBench data not found at {_MASKBENCH}")
+@pytest.mark.skipif(not MASKBENCH_DEV.is_file(), reason=f"MaskBench data not found at {MASKBENCH_DEV}")
 def test_after_warmup_dev_set_schemas_load_no_kernel(tmp_path):
-    report = _run_probe(_DEV_SET_PROBE, tmp_path, str(_MASKBENCH), timeout=900)
+    report = _run_probe(_DEV_SET_PROBE, tmp_path, str(MASKBENCH_DEV), timeout=900)
     assert report["compiled"] > 400
     assert report["new"] == {}, f"kernels compiled or loaded after warmup(): {report['new']}"
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,8 +23,8 @@ from constrain.grammar.ir import Alt, Grammar, Literal, Ref, Repeat, Seq
 from constrain.grammar.rules import build_pushdown
 from constrain.runtime.pushdown import Machine, compile_grammar
 from constrain.testing import byte_vocabulary
+from tests.shared_data import MASKBENCH_DEV as DATA
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "maskbench-dev.jsonl.gz"
 #: Schemas of the dev set with definitions (where laziness matters), the first by a fixed hash order.
 SAMPLE = 24
 

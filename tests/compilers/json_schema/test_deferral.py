@@ -31,12 +31,10 @@ from constrain.compilers.json_schema.rules import _finalize
 from constrain.errors import JsonSchemaError, StructureError
 from constrain.grammar.rules import build_pushdown
 from constrain.runtime.pushdown import Machine
+from tests.shared_data import JSON_SCHEMA_TEST_SUITE as SUITE
+from tests.shared_data import MASKBENCH_DEV as DEV
 
 from .test_json_schema import _key_orders, accepts, cyclic_garbage, dumps, valid
-
-SHARED = Path(__file__).resolve().parents[3].parent / "shared" / "data"
-SUITE = SHARED / "json-schema-test-suite" / "tests"
-DEV = SHARED / "maskbench-dev.jsonl.gz"
 
 
 @pytest.fixture

@@ -30,10 +30,9 @@ from constrain.errors import JsonSchemaError, StructureError
 from constrain.grammar.ir import Automaton, Literal, Regex, Repeat, Seq, calls_of
 from constrain.grammar.rules import _build_rule_dfa, build_pushdown
 from constrain.runtime.pushdown import Machine
+from tests.shared_data import JSON_SCHEMA_TEST_SUITE
 
-SUITE = (
-    Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "json-schema-test-suite" / "tests" / "draft2020-12"
-)
+SUITE = JSON_SCHEMA_TEST_SUITE / "draft2020-12"
 
 _MACHINES: dict[str, tuple[Machine, list[str]]] = {}
 

@@ -31,8 +31,7 @@ from constrain.compilers.json_schema import (
 from constrain.errors import ArgumentError
 from constrain.grammar.rules import build_pushdown
 from constrain.runtime.pushdown import Machine
-
-DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "maskbench-dev.jsonl.gz"
+from tests.shared_data import MASKBENCH_DEV as DATA
 
 
 def machine(schema, **options) -> Machine:
