@@ -26,7 +26,7 @@ from constrain.automata.limits import (
     seconds_allowed,
 )
 from constrain.automata.limits import deadline as deadline_of
-from constrain.automata.nfa import ByteNFA
+from constrain.automata.nfa import ByteNFA, determinize_arrays
 from constrain.automata.regex import add_regex
 from constrain.cache import BoundedCache, memoized
 from constrain.errors import AutomatonTooLarge, CompileTimeout, GrammarError
@@ -49,6 +49,7 @@ from constrain.grammar.ir import (
     calls_of,
     collect_refs,
 )
+from constrain.grammar.thompson import TOO_MANY_COPIES, _thompson, flat_body
 
 
 def build_pushdown(grammar: Grammar, *, deadline: float | None = None, lazy: bool = False) -> Pushdown:
@@ -307,7 +308,7 @@ def _rule_dfa(body: Expr) -> tuple[ByteDFA, tuple[str, ...]]:
     except TypeError:  # an unhashable body (a list where a tuple belongs): build it, uncached
         return _build_rule_dfa(body)
     if cached is None:
-        cached = _build_rule_dfa(body)
+        cached = _build_rule_dfa(body, key)
         dfa = cached[0]
         _RULE_DFAS.put(key, cached, dfa.trans.nbytes + dfa.calls.nbytes + dfa.accepting.nbytes + _key_bytes(key))
     if isinstance(body, _CachedHash):
@@ -322,9 +323,11 @@ _LEAVES = {Regex: ("X", "pattern"), Token: ("T", "ref"), TokensExcept: ("E", "re
 def _body_key(body: Expr) -> tuple:
     """``body`` as the rule DFA cache's key: its composite nodes in post-order, each a tuple of its kind and its
     parts (a child composite by its place in the list, a leaf as a tuple of its kind and value), a node the body
-    reaches more than once listed once. Equal keys are equal bodies. A key holds only tuples, strings, bytes and
-    numbers, which the garbage collector stops tracking, so the cache does not keep every compiled schema's
-    expression trees alive for each later full collection to walk."""
+    reaches more than once listed once, a sequence or alternative marked :func:`shared` tagged ``",s"`` or ``"|s"``
+    (the NFA built from the key, :mod:`~constrain.grammar.thompson`, builds it once per target state). Equal keys
+    are equal bodies. A key holds only tuples, strings, bytes and numbers, which the garbage collector stops
+    tracking, so the cache does not keep every compiled schema's expression trees alive for each later full
+    collection to walk."""
     nodes: list[tuple] = []
     root = _key_part(body, nodes, {})
     return tuple(nodes) if nodes else (root,)
@@ -348,7 +351,8 @@ def _key_part(expr: Expr, nodes: list[tuple], numbered: dict[int, int]) -> int |
             if kind is Repeat:
                 node = ("*", expr.min, expr.max, _key_part(expr.item, nodes, numbered))
             else:
-                node = ("," if kind is Seq else "|", *[_key_part(item, nodes, numbered) for item in expr.items])
+                tag = ("," if kind is Seq else "|") + ("s" if getattr(expr, "_shared", False) else "")
+                node = (tag, *[_key_part(item, nodes, numbered) for item in expr.items])
             at = numbered[id(expr)] = len(nodes)
             nodes.append(node)
         return at
@@ -360,7 +364,10 @@ def _key_part(expr: Expr, nodes: list[tuple], numbered: dict[int, int]) -> int |
     return (leaf[0], getattr(expr, leaf[1]))
 
 
-def _build_rule_dfa(body: Expr) -> tuple[ByteDFA, tuple[str, ...]]:
+def _build_rule_dfa(body: Expr, key: tuple | None = None) -> tuple[ByteDFA, tuple[str, ...]]:
+    """``body``'s DFA and the rules its call columns name. A body of literals and calls whose cache ``key``
+    (:func:`_body_key`) is given has its NFA built by a kernel from that key (:mod:`~constrain.grammar.thompson`);
+    any other, node by node here (:func:`_build`)."""
     if type(body) is Alt and body.items and all(type(item) is Literal for item in body.items):  # an enum, a choice
         dfa = words_dfa([_literal_bytes(item) for item in body.items])
         for array in (dfa.trans, dfa.accepting, dfa.calls):
@@ -368,10 +375,20 @@ def _build_rule_dfa(body: Expr) -> tuple[ByteDFA, tuple[str, ...]]:
         return dfa, ()
     called: dict[str, int] = {}
     collect_refs(body, called)
-    nfa = ByteNFA()
-    start, accept = nfa.new_state(), nfa.new_state()
-    _build(nfa, body, start, accept, called, {})
-    dfa = nfa.determinize(start, accept)
+    program = None if key is None else flat_body(key, called)
+    if program is not None:
+        check_deadline()
+        status, size, byte_edges, epsilons, calls, copies = _thompson(*program, MAX_NFA_STATES)
+        if status == TOO_MANY_COPIES:
+            raise AutomatonTooLarge(f"repeats {copies:,} times, more states than MAX_NFA_STATES = {MAX_NFA_STATES:,}")
+        if status:
+            raise AutomatonTooLarge(f"the automaton needs more than {MAX_NFA_STATES:,} NFA states")
+        dfa = determinize_arrays(byte_edges, epsilons, calls, None, size, 0, 1)
+    else:
+        nfa = ByteNFA()
+        start, accept = nfa.new_state(), nfa.new_state()
+        _build(nfa, body, start, accept, called, {})
+        dfa = nfa.determinize(start, accept)
     for array in (dfa.trans, dfa.accepting, dfa.calls):
         array.flags.writeable = False
     return dfa, tuple(called)
@@ -391,7 +408,9 @@ def _build(
     copy of each that minimisation then merges (a third of all subsets, over a sample of real schemas).
 
     Literals and calls, most of a rule's leaves, are added where their sequence or alternative meets them rather
-    than through a call of this function each: a compile spends more time here than in the subset construction."""
+    than through a call of this function each. A body of literals and calls alone is built by the kernel of
+    :mod:`~constrain.grammar.thompson` instead, which joins states the same way; this construction remains for
+    bodies that read terminals or tokens, and for bodies that cannot be keyed."""
     kind = type(expr)
     if not entered and (kind is Seq or kind is Alt) and getattr(expr, "_shared", False):
         # built once toward ``dst``, from a state of its own that every way in reaches by an epsilon
