@@ -49,7 +49,7 @@ from constrain.grammar.ir import (
     calls_of,
     collect_refs,
 )
-from constrain.grammar.thompson import TOO_MANY_COPIES, _thompson, flat_body
+from constrain.grammar.thompson import TOO_MANY_COPIES, flat_body, thompson_nfa
 
 
 def build_pushdown(grammar: Grammar, *, deadline: float | None = None, lazy: bool = False) -> Pushdown:
@@ -378,7 +378,7 @@ def _build_rule_dfa(body: Expr, key: tuple | None = None) -> tuple[ByteDFA, tupl
     program = None if key is None else flat_body(key, called)
     if program is not None:
         check_deadline()
-        status, size, byte_edges, epsilons, calls, copies = _thompson(*program, MAX_NFA_STATES)
+        status, size, byte_edges, epsilons, calls, copies = thompson_nfa(*program, MAX_NFA_STATES)
         if status == TOO_MANY_COPIES:
             raise AutomatonTooLarge(f"repeats {copies:,} times, more states than MAX_NFA_STATES = {MAX_NFA_STATES:,}")
         if status:

@@ -3,7 +3,7 @@
 A rule that calls others reads only literals and calls (its terminals are hoisted into rules of their own), so
 its body is a small program: sequences, alternatives and repetitions over literals and calls. The rule DFA cache
 already writes that program out as a plain tuple per composite node (:func:`constrain.grammar.rules._body_key`);
-:func:`flat_body` turns the tuples into arrays, and :func:`_thompson` builds the NFA's edge arrays from them,
+:func:`flat_body` turns the tuples into arrays, and :func:`thompson_nfa` builds the NFA's edge arrays from them,
 which the determinisation kernel reads as they are. Built node by node in Python instead, the NFA of an object's
 rule costs as much as its subset construction.
 
@@ -26,18 +26,18 @@ from constrain.errors import GrammarError
 
 #: Kinds of composite nodes in :func:`flat_body`'s arrays.
 SEQ, ALT, REPEAT = 0, 1, 2
-#: What :func:`_thompson` reports besides success: the NFA passed its state bound, or a repetition alone would.
+#: What :func:`thompson_nfa` reports besides success: the NFA passed its state bound, or a repetition alone would.
 TOO_MANY_STATES, TOO_MANY_COPIES = 1, 2
 
 _NODE_KINDS = {",": (SEQ, False), ",s": (SEQ, True), "|": (ALT, False), "|s": (ALT, True)}
 
 
 def flat_body(key: tuple, columns: Mapping[str, int]) -> tuple | None:
-    """The arrays :func:`_thompson` reads for the body whose rule DFA cache key is ``key`` (its composites in
+    """The arrays :func:`thompson_nfa` reads for the body whose rule DFA cache key is ``key`` (its composites in
     post-order, the root last), its calls numbered by ``columns``; None when the body is a leaf or reads a
     terminal or a token (built in Python). Raises :class:`GrammarError` for an alternative with no options or a
     repetition whose bounds are out of order, as the construction in Python does."""
-    if not key or type(key[0]) is not tuple or key[0][0] not in _NODE_KINDS and key[0][0] != "*":
+    if not key or type(key[0]) is not tuple or (key[0][0] not in _NODE_KINDS and key[0][0] != "*"):
         return None  # a leaf alone: one edge or a DFA, no program
     kinds: list[int] = []
     shared: list[bool] = []
@@ -105,7 +105,7 @@ def _grow(rows, used, more):
 
 
 @njit(cache=True)
-def _thompson(kinds, shared, bounds, spans, children, leaf_rows, text, max_states):
+def thompson_nfa(kinds, shared, bounds, spans, children, leaf_rows, text, max_states):
     """The NFA of :func:`flat_body`'s program from state 0 (start) to state 1 (accept): ``(status, states, byte
     edges (src, lo, hi, dst), epsilon edges (src, dst), call edges (src, column, dst), copies)``, flat int32;
     ``copies`` is what a repetition would have made when the status is :data:`TOO_MANY_COPIES`."""

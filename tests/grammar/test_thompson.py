@@ -81,7 +81,7 @@ def test_an_objects_rule_joins_its_members_and_rests_as_the_python_construction_
     built once per target, and options that end alike join."""
     from constrain.automata.nfa import ByteNFA
     from constrain.grammar.rules import _build
-    from constrain.grammar.thompson import _thompson
+    from constrain.grammar.thompson import thompson_nfa
 
     body = _object_rule(required)
     _assert_same(body)
@@ -90,7 +90,7 @@ def test_an_objects_rule_joins_its_members_and_rests_as_the_python_construction_
     nfa = ByteNFA()
     start, accept = nfa.new_state(), nfa.new_state()
     _build(nfa, body, start, accept, called, {})
-    status, size, *_ = _thompson(*flat_body(_body_key(body), called), MAX_NFA_STATES)
+    status, size, *_ = thompson_nfa(*flat_body(_body_key(body), called), MAX_NFA_STATES)
     assert status == 0 and size <= nfa.size
 
 
