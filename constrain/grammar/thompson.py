@@ -105,6 +105,14 @@ def _grow(rows, used, more):
 
 
 @njit(cache=True)
+def _push(tasks, top, code, src, dst, entered):
+    """``tasks`` (4 entries a task, ``top`` of them used) with one more task, and its new ``top``."""
+    tasks = _grow(tasks, top, 4)
+    tasks[top], tasks[top + 1], tasks[top + 2], tasks[top + 3] = code, src, dst, entered
+    return tasks, top + 4
+
+
+@njit(cache=True)
 def thompson_nfa(kinds, shared, bounds, spans, children, leaf_rows, text, max_states):
     """The NFA of :func:`flat_body`'s program from state 0 (start) to state 1 (accept): ``(status, states, byte
     edges (src, lo, hi, dst), epsilon edges (src, dst), call edges (src, column, dst), copies)``, flat int32;
@@ -114,18 +122,16 @@ def thompson_nfa(kinds, shared, bounds, spans, children, leaf_rows, text, max_st
     call = np.empty(64, dtype=np.int32)
     nb = ne = nc = 0
     n = 2
-    # tasks: code (a node >= 0, a leaf < 0), source, target, entered (a shared node's entry already made)
-    tasks = np.empty((64, 4), dtype=np.int64)
-    tasks[0, 0], tasks[0, 1], tasks[0, 2], tasks[0, 3] = kinds.shape[0] - 1, 0, 1, 0
-    top = 1
+    # tasks, 4 entries each: code (a node >= 0, a leaf < 0), source, target, entered (a shared node's entry made)
+    tasks, top = _push(np.empty(256, dtype=np.int64), 0, kinds.shape[0] - 1, 0, 1, 0)
     entries = Dict.empty(key_type=types.int64, value_type=types.int64)  # (shared node, target) -> its entry
     joins = Dict.empty(key_type=types.int64, value_type=types.int64)  # (rest of a sequence, target) -> state
     cells = Dict.empty(key_type=types.int64, value_type=types.int64)  # (item, id of the rest after it) -> id
     rest_of = np.full(children.shape[0], -1, dtype=np.int64)  # per child of a sequence: the id of its rest
     num_leaves = leaf_rows.shape[0] // 3
     while top > 0:
-        top -= 1
-        code, src, dst, entered = tasks[top, 0], tasks[top, 1], tasks[top, 2], tasks[top, 3]
+        top -= 4
+        code, src, dst, entered = tasks[top], tasks[top + 1], tasks[top + 2], tasks[top + 3]
         if n > max_states:
             return TOO_MANY_STATES, n, byte[:nb], eps[:ne], call[:nc], 0
         if code < 0:  # a leaf: a literal's path or a call
@@ -162,17 +168,13 @@ def thompson_nfa(kinds, shared, bounds, spans, children, leaf_rows, text, max_st
                 entry = n
                 n += 1
                 entries[key] = entry
-                tasks = _grow_tasks(tasks, top, 1)
-                tasks[top, 0], tasks[top, 1], tasks[top, 2], tasks[top, 3] = code, entry, dst, 1
-                top += 1
+                tasks, top = _push(tasks, top, code, entry, dst, 1)
             eps[ne], eps[ne + 1] = src, entry
             ne += 2
             continue
         if kind == ALT:
-            tasks = _grow_tasks(tasks, top, count)
             for c in range(first + count - 1, first - 1, -1):
-                tasks[top, 0], tasks[top, 1], tasks[top, 2], tasks[top, 3] = children[c], src, dst, 0
-                top += 1
+                tasks, top = _push(tasks, top, children[c], src, dst, 0)
             continue
         if kind == SEQ:
             if count == 0:
@@ -197,7 +199,6 @@ def thompson_nfa(kinds, shared, bounds, spans, children, leaf_rows, text, max_st
                     if found >= 0:
                         end, entry = j, found
                         break
-            tasks = _grow_tasks(tasks, top, end)
             state = src
             for i in range(end):
                 nxt = entry
@@ -206,8 +207,7 @@ def thompson_nfa(kinds, shared, bounds, spans, children, leaf_rows, text, max_st
                     n += 1
                     if count >= 2:
                         joins[rest_of[first + i + 1] * 4294967296 + dst] = nxt
-                tasks[top, 0], tasks[top, 1], tasks[top, 2], tasks[top, 3] = children[first + i], state, nxt, 0
-                top += 1
+                tasks, top = _push(tasks, top, children[first + i], state, nxt, 0)
                 state = nxt
             continue
         # a repetition of its one child between bounds[2 * code] and bounds[2 * code + 1] (-1: unbounded) times
@@ -215,20 +215,17 @@ def thompson_nfa(kinds, shared, bounds, spans, children, leaf_rows, text, max_st
         copies = low if high < 0 else high
         if copies - 1 > max_states - n:
             return TOO_MANY_COPIES, n, byte[:nb], eps[:ne], call[:nc], copies
-        tasks = _grow_tasks(tasks, top, low + (1 if high < 0 else high - low))
         eps = _grow(eps, ne, 6 + 2 * max(high - low, 0))
         state = src
         for _ in range(low):
             nxt = n
             n += 1
-            tasks[top, 0], tasks[top, 1], tasks[top, 2], tasks[top, 3] = item, state, nxt, 0
-            top += 1
+            tasks, top = _push(tasks, top, item, state, nxt, 0)
             state = nxt
         if high < 0:
             loop, back = n, n + 1
             n += 2
-            tasks[top, 0], tasks[top, 1], tasks[top, 2], tasks[top, 3] = item, loop, back, 0
-            top += 1
+            tasks, top = _push(tasks, top, item, loop, back, 0)
             eps[ne : ne + 6] = (state, loop, back, loop, loop, dst)
             ne += 6
             continue
@@ -239,8 +236,7 @@ def thompson_nfa(kinds, shared, bounds, spans, children, leaf_rows, text, max_st
             if i != 1:
                 nxt = n
                 n += 1
-            tasks[top, 0], tasks[top, 1], tasks[top, 2], tasks[top, 3] = item, state, nxt, 0
-            top += 1
+            tasks, top = _push(tasks, top, item, state, nxt, 0)
             state = nxt
         if state != dst:
             eps[ne], eps[ne + 1] = state, dst
@@ -248,13 +244,3 @@ def thompson_nfa(kinds, shared, bounds, spans, children, leaf_rows, text, max_st
     if n > max_states:
         return TOO_MANY_STATES, n, byte[:nb], eps[:ne], call[:nc], 0
     return 0, n, byte[:nb], eps[:ne], call[:nc], 0
-
-
-@njit(cache=True)
-def _grow_tasks(tasks, used, more):
-    """``tasks`` with room for ``more`` rows after its first ``used``."""
-    if used + more <= tasks.shape[0]:
-        return tasks
-    out = np.empty((max(2 * tasks.shape[0], used + more), 4), dtype=np.int64)
-    out[:used] = tasks[:used]
-    return out
