@@ -49,7 +49,18 @@ from constrain.grammar.ir import (
     calls_of,
     collect_refs,
 )
-from constrain.grammar.thompson import TOO_MANY_COPIES, flat_body, thompson_nfa
+from constrain.grammar.thompson import (
+    ALT_TAG,
+    CALL_TAG,
+    LITERAL_TAG,
+    REPEAT_TAG,
+    SEQ_TAG,
+    SHARED_ALT_TAG,
+    SHARED_SEQ_TAG,
+    TOO_MANY_COPIES,
+    flat_body,
+    thompson_nfa,
+)
 
 
 def build_pushdown(grammar: Grammar, *, deadline: float | None = None, lazy: bool = False) -> Pushdown:
@@ -321,10 +332,10 @@ _LEAVES = {Regex: ("X", "pattern"), Token: ("T", "ref"), TokensExcept: ("E", "re
 
 
 def _body_key(body: Expr) -> tuple:
-    """``body`` as the rule DFA cache's key: its composite nodes in post-order, each a tuple of its kind and its
-    parts (a child composite by its place in the list, a leaf as a tuple of its kind and value), a node the body
-    reaches more than once listed once, a sequence or alternative marked :func:`shared` tagged ``",s"`` or ``"|s"``
-    (the NFA built from the key, :mod:`~constrain.grammar.thompson`, builds it once per target state). Equal keys
+    """``body`` as the rule DFA cache's key: its composite nodes in post-order, each a tuple of its kind's tag (the
+    tags :mod:`~constrain.grammar.thompson` reads) and its parts (a child composite by its place in the list, a leaf
+    as a tuple of its tag and value), a node the body reaches more than once listed once, a sequence or alternative
+    marked :func:`shared` tagged as shared (the NFA built from the key builds it once per target state). Equal keys
     are equal bodies. A key holds only tuples, strings, bytes and numbers, which the garbage collector stops
     tracking, so the cache does not keep every compiled schema's expression trees alive for each later full
     collection to walk."""
@@ -342,16 +353,17 @@ def _key_part(expr: Expr, nodes: list[tuple], numbered: dict[int, int]) -> int |
     """``expr``'s part in its parent's key (see :func:`_body_key`), its composites added to ``nodes``."""
     kind = type(expr)
     if kind is Literal:
-        return ("L", expr.value)
+        return (LITERAL_TAG, expr.value)
     if kind is Ref:
-        return ("R", expr.rule)
+        return (CALL_TAG, expr.rule)
     if kind is Seq or kind is Alt or kind is Repeat:
         at = numbered.get(id(expr))
         if at is None:
             if kind is Repeat:
-                node = ("*", expr.min, expr.max, _key_part(expr.item, nodes, numbered))
+                node = (REPEAT_TAG, expr.min, expr.max, _key_part(expr.item, nodes, numbered))
             else:
-                tag = ("," if kind is Seq else "|") + ("s" if getattr(expr, "_shared", False) else "")
+                tags = (SEQ_TAG, SHARED_SEQ_TAG) if kind is Seq else (ALT_TAG, SHARED_ALT_TAG)
+                tag = tags[getattr(expr, "_shared", False)]
                 node = (tag, *[_key_part(item, nodes, numbered) for item in expr.items])
             at = numbered[id(expr)] = len(nodes)
             nodes.append(node)

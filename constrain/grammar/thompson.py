@@ -29,7 +29,12 @@ SEQ, ALT, REPEAT = 0, 1, 2
 #: What :func:`thompson_nfa` reports besides success: the NFA passed its state bound, or a repetition alone would.
 TOO_MANY_STATES, TOO_MANY_COPIES = 1, 2
 
-_NODE_KINDS = {",": (SEQ, False), ",s": (SEQ, True), "|": (ALT, False), "|s": (ALT, True)}
+#: Tags of a body's key (:func:`constrain.grammar.rules._body_key` writes them, :func:`flat_body` reads them): a
+#: sequence, one marked shared, an alternative, one marked shared, a repetition, a literal leaf, a call leaf.
+SEQ_TAG, SHARED_SEQ_TAG, ALT_TAG, SHARED_ALT_TAG, REPEAT_TAG = ",", ",s", "|", "|s", "*"
+LITERAL_TAG, CALL_TAG = "L", "R"
+
+_NODE_KINDS = {SEQ_TAG: (SEQ, False), SHARED_SEQ_TAG: (SEQ, True), ALT_TAG: (ALT, False), SHARED_ALT_TAG: (ALT, True)}
 
 
 def flat_body(key: tuple, columns: Mapping[str, int]) -> tuple | None:
@@ -37,7 +42,7 @@ def flat_body(key: tuple, columns: Mapping[str, int]) -> tuple | None:
     post-order, the root last), its calls numbered by ``columns``; None when the body is a leaf or reads a
     terminal or a token (built in Python). Raises :class:`GrammarError` for an alternative with no options or a
     repetition whose bounds are out of order, as the construction in Python does."""
-    if not key or type(key[0]) is not tuple or (key[0][0] not in _NODE_KINDS and key[0][0] != "*"):
+    if not key or type(key[0]) is not tuple or (key[0][0] not in _NODE_KINDS and key[0][0] != REPEAT_TAG):
         return None  # a leaf alone: one edge or a DFA, no program
     kinds: list[int] = []
     shared: list[bool] = []
@@ -49,7 +54,7 @@ def flat_body(key: tuple, columns: Mapping[str, int]) -> tuple | None:
     text = bytearray()
     for node in key:
         tag = node[0]
-        if tag == "*":
+        if tag == REPEAT_TAG:
             low, high, parts = node[1], node[2], node[3:]
             if low < 0 or (high is not None and high < low):
                 raise GrammarError(f"repeats between {low} and {high} times")
@@ -72,12 +77,12 @@ def flat_body(key: tuple, columns: Mapping[str, int]) -> tuple | None:
             leaf = leaves.get(part)
             if leaf is None:
                 tag = part[0]
-                if tag == "L":
+                if tag == LITERAL_TAG:
                     value = part[1]
                     data = value.encode() if isinstance(value, str) else bytes(value)
                     leaf_rows += (0, len(text), len(data))
                     text += data
-                elif tag == "R":
+                elif tag == CALL_TAG:
                     leaf_rows += (1, columns[part[1]], 0)
                 else:
                     return None  # a terminal or a token
