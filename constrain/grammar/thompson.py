@@ -118,6 +118,14 @@ def _push(tasks, top, code, src, dst, entered):
 
 
 @njit(cache=True)
+def _epsilon(eps, ne, src, dst):
+    """``eps`` (2 entries an edge, ``ne`` of them used) with the edge ``src -> dst``, and its new ``ne``."""
+    eps = _grow(eps, ne, 2)
+    eps[ne], eps[ne + 1] = src, dst
+    return eps, ne + 2
+
+
+@njit(cache=True)
 def thompson_nfa(kinds, shared, bounds, spans, children, leaf_rows, text, max_states):
     """The NFA of :func:`flat_body`'s program from state 0 (start) to state 1 (accept): ``(status, states, byte
     edges (src, lo, hi, dst), epsilon edges (src, dst), call edges (src, column, dst), copies)``, flat int32;
@@ -147,9 +155,7 @@ def thompson_nfa(kinds, shared, bounds, spans, children, leaf_rows, text, max_st
                 call[nc], call[nc + 1], call[nc + 2] = src, at, dst
                 nc += 3
             elif size == 0:
-                eps = _grow(eps, ne, 2)
-                eps[ne], eps[ne + 1] = src, dst
-                ne += 2
+                eps, ne = _epsilon(eps, ne, src, dst)
             else:
                 byte = _grow(byte, nb, 4 * size)
                 state = src
@@ -168,14 +174,12 @@ def thompson_nfa(kinds, shared, bounds, spans, children, leaf_rows, text, max_st
         if kind != REPEAT and shared[code] and entered == 0:  # built once toward dst, entered by an epsilon
             key = code * 4294967296 + dst
             entry = entries.get(key, -1)
-            eps = _grow(eps, ne, 2)
             if entry < 0:
                 entry = n
                 n += 1
                 entries[key] = entry
                 tasks, top = _push(tasks, top, code, entry, dst, 1)
-            eps[ne], eps[ne + 1] = src, entry
-            ne += 2
+            eps, ne = _epsilon(eps, ne, src, entry)
             continue
         if kind == ALT:
             for c in range(first + count - 1, first - 1, -1):
@@ -183,9 +187,7 @@ def thompson_nfa(kinds, shared, bounds, spans, children, leaf_rows, text, max_st
             continue
         if kind == SEQ:
             if count == 0:
-                eps = _grow(eps, ne, 2)
-                eps[ne], eps[ne + 1] = src, dst
-                ne += 2
+                eps, ne = _epsilon(eps, ne, src, dst)
                 continue
             end, entry = count, dst
             if count >= 2:
